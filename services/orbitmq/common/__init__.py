@@ -1,0 +1,1 @@
+"""Vocabulary shared by every orbitmq role: names and their rules, errors, clocks, tasks."""
