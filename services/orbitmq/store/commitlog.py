@@ -1,0 +1,398 @@
+"""The commit log: every message of a broker, appended to one log of fixed-size segments.
+
+One writer appends (under the store's put lock); readers and the dispatcher read below the
+*write offset*, which only moves after a whole record — or a whole batch — is in place, so
+nothing incomplete is ever visible. The flusher makes the log durable up to a *flushed
+offset*. Queue offsets are assigned here, at append time, from the table of next offsets per
+(topic, queue) (RocketMQ's ``topicQueueTable``), because the queue offset is part of the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orbitmq.store.mapped_file import (
+    FsyncFn,
+    MappedFile,
+    check_contiguous,
+    fsync_directory,
+    list_offset_files,
+)
+from orbitmq.store.message_id import encode_offset_msg_id
+from orbitmq.store.record import (
+    BLANK_MAGIC,
+    BLANK_MIN_BYTES,
+    BODY_POS,
+    HEADER,
+    HEADER_BYTES,
+    MESSAGE_MAGIC,
+    PREFIX,
+    STORE_TIMESTAMP_POS,
+    TIMESTAMP_FIELD,
+    U16,
+    InboundMessage,
+    SysFlag,
+    encode,
+    encode_host,
+    record_overhead,
+    transaction_type,
+)
+
+log = logging.getLogger(__name__)
+
+SCAN_CHUNK_BYTES = 4 << 20
+_NO_QUEUE_OFFSET_TYPES = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedMessage:
+    """Where one appended message landed."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp_ms: int
+    store_host: str
+
+    @property
+    def msg_id(self) -> str:
+        return encode_offset_msg_id(self.store_host, self.physical_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedMessage:
+    """A validated message with its topic and properties already turned into bytes."""
+
+    message: InboundMessage
+    topic_raw: bytes
+    properties_raw: bytes
+
+    @property
+    def record_size(self) -> int:
+        return record_overhead(len(self.topic_raw), len(self.properties_raw)) + len(self.message.body)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    scanned_from: int
+    valid_end: int
+    records_scanned: int
+    truncated_bytes: int
+    segments_removed: int
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_bytes: int, store_host: str, fsync: FsyncFn) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.store_host = store_host
+        self._store_host_raw = encode_host(store_host)
+        self._fsync = fsync
+        self._segments: list[MappedFile] = []
+        self._write_offset = 0
+        self._flushed_offset = 0
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        """Next queue offset per (topic, queue id); rebuilt from consume queues at start-up."""
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        files = list_offset_files(self.directory)
+        check_contiguous(files, self.segment_bytes)
+        for start, path in files:
+            if start % self.segment_bytes:
+                raise ValueError(f"{path}: start offset {start} is not a multiple of the segment size")
+            self._segments.append(MappedFile(path, start, self.segment_bytes, create=False))
+        if self._segments:
+            self._write_offset = self._segments[-1].end_offset
+
+    def recover(self, scan_from: int) -> RecoveryReport:
+        """Find the end of valid data from ``scan_from`` (a record boundary) and cut the rest.
+
+        Records are checked for magic, size, position and body CRC; the first one that fails
+        (a torn write, garbage, zeros) ends the log. Everything after it is erased so that it
+        can never be mistaken for data later.
+        """
+        segments = self._segments
+        if not segments:
+            self._write_offset = self._flushed_offset = 0
+            return RecoveryReport(scan_from, 0, 0, 0, 0)
+        scan_from = min(max(scan_from, segments[0].start_offset), segments[-1].end_offset)
+        if scan_from == segments[-1].end_offset:
+            scan_from = segments[-1].start_offset
+        position, records = scan_from, 0
+        index = self._segment_index(position)
+        while index is not None and index < len(segments):
+            segment = segments[index]
+            end, count, rolled = _scan_segment(segment, position - segment.start_offset)
+            records += count
+            position = segment.start_offset + end
+            if not rolled:
+                break
+            index += 1
+        truncated, removed = self._truncate(position)
+        self._write_offset = self._flushed_offset = position
+        if truncated or removed:
+            log.warning(
+                "commit log %s: cut %d bytes and %d segment(s) after offset %d",
+                self.directory,
+                truncated,
+                removed,
+                position,
+            )
+        return RecoveryReport(scan_from, position, records, truncated, removed)
+
+    def _truncate(self, end: int) -> tuple[int, int]:
+        keep = [s for s in self._segments if s.start_offset < end or s.start_offset == end == 0]
+        removed = [s for s in self._segments if s not in keep]
+        for segment in removed:
+            segment.delete()
+        self._segments = keep
+        truncated = 0
+        if keep and end < keep[-1].end_offset:
+            last = keep[-1]
+            tail = end - last.start_offset
+            erased_to = last.zero_from(tail)
+            truncated = max(0, erased_to - tail)
+            last.fsync(self._fsync)
+        if removed:
+            fsync_directory(self.directory)
+        return truncated, len(removed)
+
+    # -- positions -----------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        segments = self._segments
+        return segments[0].start_offset if segments else self._write_offset
+
+    @property
+    def max_offset(self) -> int:
+        """The write offset: everything below it is complete records."""
+        return self._write_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed_offset
+
+    @property
+    def segments(self) -> list[MappedFile]:
+        return list(self._segments)
+
+    def _segment_index(self, offset: int) -> int | None:
+        segments = self._segments
+        if not segments or offset < segments[0].start_offset:
+            return None
+        index = (offset - segments[0].start_offset) // self.segment_bytes
+        return index if index < len(segments) else None
+
+    def segment_for(self, offset: int) -> MappedFile | None:
+        segments = self._segments
+        index = self._segment_index(offset)
+        return None if index is None else segments[index]
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, batch: Sequence[EncodedMessage], store_timestamp_ms: int) -> list[AppendedMessage]:
+        """Append ``batch`` contiguously in one segment; the caller holds the put lock."""
+        sizes = [m.record_size for m in batch]
+        segment = self._writable_segment(sum(sizes))
+        physical = self._write_offset
+        position = physical - segment.start_offset
+        table = self.queue_offsets
+        parts: list[bytes] = []
+        appended: list[AppendedMessage] = []
+        for item, size in zip(batch, sizes, strict=True):
+            message = item.message
+            if transaction_type(message.sys_flag) in _NO_QUEUE_OFFSET_TYPES:
+                queue_offset = 0
+            else:
+                key = (message.topic, message.queue_id)
+                queue_offset = table.get(key, 0)
+                table[key] = queue_offset + 1
+            parts.append(
+                encode(
+                    message,
+                    properties_raw=item.properties_raw,
+                    topic_raw=item.topic_raw,
+                    queue_offset=queue_offset,
+                    physical_offset=physical,
+                    store_timestamp_ms=store_timestamp_ms,
+                    store_host=self._store_host_raw,
+                )
+            )
+            appended.append(
+                AppendedMessage(physical, size, queue_offset, store_timestamp_ms, self.store_host)
+            )
+            physical += size
+        segment.write(position, parts[0] if len(parts) == 1 else b"".join(parts))
+        self._write_offset = physical
+        return appended
+
+    def append_raw(self, physical_offset: int, data: bytes) -> None:
+        """Place bytes copied from another broker's log at the same offsets (replication)."""
+        if physical_offset != self._write_offset:
+            raise ValueError(
+                f"raw append at {physical_offset} must continue the log at its end {self._write_offset}"
+            )
+        while data:
+            segment = self.segment_for(self._write_offset) or self._create_segment(self._write_offset)
+            position = self._write_offset - segment.start_offset
+            chunk = data[: segment.size - position]
+            segment.write(position, chunk)
+            self._write_offset += len(chunk)
+            data = data[len(chunk) :]
+
+    def max_record_bytes(self) -> int:
+        return self.segment_bytes - BLANK_MIN_BYTES
+
+    def _writable_segment(self, size: int) -> MappedFile:
+        segment = self.segment_for(self._write_offset)
+        if segment is None:
+            return self._create_segment(self._write_offset)
+        remaining = segment.end_offset - self._write_offset
+        if size + BLANK_MIN_BYTES <= remaining:
+            return segment
+        segment.write(self._write_offset - segment.start_offset, PREFIX.pack(remaining, BLANK_MAGIC))
+        self._write_offset = segment.end_offset
+        return self._create_segment(self._write_offset)
+
+    def _create_segment(self, start: int) -> MappedFile:
+        if start % self.segment_bytes:
+            raise ValueError(f"segment start {start} is not a multiple of {self.segment_bytes}")
+        segment = MappedFile.create(self.directory, start, self.segment_bytes)
+        self._segments = [*self._segments, segment]
+        return segment
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """Bytes of one record (or any range inside one segment), None when not (or no longer) there."""
+        if offset < 0 or size <= 0 or offset + size > self._write_offset:
+            return None
+        segment = self.segment_for(offset)
+        if segment is None:
+            return None
+        position = offset - segment.start_offset
+        if position + size > segment.size:
+            return None
+        try:
+            return segment.read(position, size)
+        except ValueError:  # deleted by retention between lookup and read
+            return None
+
+    def read_record(self, offset: int) -> bytes | None:
+        """The whole message record starting at ``offset``, None if no message starts there."""
+        if offset < 0 or offset + HEADER_BYTES > self._write_offset:
+            return None
+        segment = self.segment_for(offset)
+        if segment is None:
+            return None
+        try:
+            size, magic = PREFIX.unpack_from(segment.buffer, offset - segment.start_offset)
+        except ValueError:
+            return None
+        if magic != MESSAGE_MAGIC or size < HEADER_BYTES:
+            return None
+        return self.read(offset, size)
+
+    def store_timestamp_at(self, offset: int) -> int | None:
+        raw = self.read(offset + STORE_TIMESTAMP_POS, TIMESTAMP_FIELD.size)
+        return None if raw is None else TIMESTAMP_FIELD.unpack(raw)[0]
+
+    def read_span(self, offset: int, max_bytes: int) -> bytes:
+        """Raw log bytes from ``offset`` up to the end of its segment or ``max_bytes`` (replication)."""
+        segment = self.segment_for(offset)
+        if segment is None or offset >= self._write_offset:
+            return b""
+        end = min(self._write_offset, segment.end_offset, offset + max_bytes)
+        return segment.read(offset - segment.start_offset, end - offset)
+
+    # -- flushing and retention ----------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything written so far; returns the new flushed offset. Blocking: call off-loop."""
+        target = self._write_offset
+        if target <= self._flushed_offset:
+            return self._flushed_offset
+        for segment in self._segments:
+            if segment.end_offset > self._flushed_offset and segment.start_offset < target:
+                segment.fsync(self._fsync)
+        self._flushed_offset = max(self._flushed_offset, target)
+        return self._flushed_offset
+
+    def delete_expired(self, now_ms: int, reserved_ms: int, protect_from: int, max_files: int = 10) -> int:
+        """Delete the oldest segments whose messages are all older than ``reserved_ms``.
+
+        A segment's age is judged by the first message of the segment after it, which was
+        stored after every message of this one. The newest segment and anything at or past
+        ``protect_from`` (not yet flushed or dispatched) are never deleted.
+        """
+        deleted = 0
+        while deleted < max_files and len(self._segments) > 1:
+            oldest, following = self._segments[0], self._segments[1]
+            if oldest.end_offset > protect_from:
+                break
+            stored = self.store_timestamp_at(following.start_offset)
+            if stored is None or now_ms - stored < reserved_ms:
+                break
+            self._segments = self._segments[1:]
+            oldest.delete()
+            deleted += 1
+            log.info("commit log: deleted expired segment %s", oldest.path.name)
+        return deleted
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+
+
+def _scan_segment(segment: MappedFile, position: int) -> tuple[int, int, bool]:
+    """Walk valid records from ``position``; returns (end position, records, ended by a blank)."""
+    count = 0
+    size_limit = segment.size
+    while position + PREFIX.size <= size_limit:
+        chunk = segment.pread(position, min(SCAN_CHUNK_BYTES, size_limit - position))
+        cursor = 0
+        while cursor + PREFIX.size <= len(chunk):
+            total, magic = PREFIX.unpack_from(chunk, cursor)
+            if magic == BLANK_MAGIC and total == size_limit - (position + cursor):
+                return size_limit, count, True
+            if magic != MESSAGE_MAGIC or total < HEADER_BYTES or position + cursor + total > size_limit:
+                return position + cursor, count, False
+            if cursor + total > len(chunk):
+                if cursor == 0:  # a record larger than the chunk: read it whole
+                    chunk = segment.pread(position, total)
+                    continue
+                break
+            if not _record_checks(chunk, cursor, segment.start_offset + position + cursor):
+                return position + cursor, count, False
+            cursor += total
+            count += 1
+        if cursor == 0:
+            return position, count, False
+        position += cursor
+    return position, count, False
+
+
+def _record_checks(buf: bytes, at: int, expected_offset: int) -> bool:
+    fields = HEADER.unpack_from(buf, at)
+    total, body_crc, physical_offset, body_length = fields[0], fields[2], fields[6], fields[16]
+    if physical_offset != expected_offset or body_length < 0:
+        return False
+    body_end = at + BODY_POS + body_length
+    if body_end + 4 > at + total:
+        return False
+    (topic_length,) = U16.unpack_from(buf, body_end)
+    properties_at = body_end + 2 + topic_length
+    if properties_at + 2 > at + total:
+        return False
+    (properties_length,) = U16.unpack_from(buf, properties_at)
+    if properties_at + 2 + properties_length != at + total:
+        return False
+    return zlib.crc32(memoryview(buf)[at + BODY_POS : body_end]) == body_crc

@@ -1,0 +1,492 @@
+"""The message store: commit log + consume queues + index behind one synchronous API.
+
+This is the storage engine a broker serves (RocketMQ's ``DefaultMessageStore``). It is
+synchronous and does no waiting of its own: appends are memory copies, and the blocking work
+(fsync, recovery scans) is in methods that :class:`orbitmq.store.service.StoreService` runs in
+worker threads, so an asyncio event loop that uses the store never blocks on the disk.
+
+Start-up recovery is the same code after a clean stop and after a crash; what differs is how
+much there is to do. The checkpoint says how far the commit log was flushed and how far
+consume queues and index were built; the log tail past the flushed point is re-scanned with
+CRC checks and cut at the first bad record, consume-queue units that point past the cut are
+dropped, and the dispatcher replays the log into consume queues and index from the
+checkpoint. An ``abort`` file, present while the store is open, tells a crash from a stop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.errors import OrbitError
+from orbitmq.common.names import InvalidNameError, validate_topic_name
+from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from orbitmq.store.commitlog import CommitLog, EncodedMessage, RecoveryReport
+from orbitmq.store.config import BrokerRole, StoreConfig
+from orbitmq.store.consume_queue import ConsumeQueue, Unit
+from orbitmq.store.dispatch import DispatchRequest
+from orbitmq.store.dispatcher import Dispatcher
+from orbitmq.store.index_file import IndexService
+from orbitmq.store.mapped_file import FsyncFn, fsync_directory
+from orbitmq.store.message_filter import MessageFilter
+from orbitmq.store.message_id import decode_offset_msg_id
+from orbitmq.store.record import (
+    HEADER,
+    MAX_PROPERTIES_BYTES,
+    InboundMessage,
+    RecordError,
+    StoredMessage,
+    check_properties,
+    decode,
+    encode_host,
+    encode_properties,
+)
+from orbitmq.store.results import GetResult, GetStatus, PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUE_ID = 65_535
+_ALL = 1 << 62
+
+
+class StoreError(OrbitError):
+    """The store cannot be opened or used as asked (locked, closed, damaged beyond recovery)."""
+
+
+class StoreLockedError(StoreError):
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class OpenReport:
+    """What start-up found and did; logged, and checked by tests."""
+
+    clean_shutdown: bool
+    checkpoint: Checkpoint | None
+    commitlog: RecoveryReport
+    units_dropped: int
+    replayed_bytes: int
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, *, clock: Clock = SYSTEM_CLOCK, fsync: FsyncFn = os.fdatasync):
+        self.config = config
+        self.clock = clock
+        self._fsync = fsync
+        root = config.data_dir
+        self._root = root
+        self._consume_queue_dir = root / "consumequeue"
+        self._checkpoint_path = root / "checkpoint"
+        self._abort_path = root / "abort"
+        self._lock_fd = -1
+        self.commitlog = CommitLog(root / "commitlog", config.segment_bytes, config.store_host, fsync)
+        self.index = IndexService(root / "index", config.index_slot_count, config.index_max_entries)
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.dispatcher = Dispatcher(
+            self.commitlog, self._build_consume_queue, self.index.build, config.delay_levels_ms
+        )
+        self._put_lock = threading.Lock()
+        self._checked_topics: set[str] = set()
+        self._open = False
+        self._slave_advice_lag = config.slave_advice_lag_bytes
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def open(self) -> OpenReport:
+        """Load and recover; blocking (scans files), so async callers run it in a thread."""
+        if self._open:
+            raise StoreError(f"store {self._root} is already open")
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            report = self._recover()
+        except BaseException:
+            self._close_files()
+            self._release_lock()
+            raise
+        self._abort_path.touch()
+        fsync_directory(self._root)
+        self._open = True
+        log.info(
+            "store %s open (%s shutdown): log %d..%d, %d queues, replayed %d bytes",
+            self._root,
+            "clean" if report.clean_shutdown else "unclean",
+            self.commitlog.min_offset,
+            self.commitlog.max_offset,
+            len(self._queues),
+            report.replayed_bytes,
+        )
+        return report
+
+    def _recover(self) -> OpenReport:
+        clean = not self._abort_path.exists()
+        checkpoint = read_checkpoint(self._checkpoint_path)
+        self.commitlog.load()
+        self._load_consume_queues()
+        index_from = self.index.load(None if clean and checkpoint else (checkpoint.index_flushed if checkpoint else 0))
+        commitlog_report = self.commitlog.recover(checkpoint.commitlog_flushed if checkpoint else 0)
+        dropped = sum(q.truncate_tail(self._unit_checker(q)) for q in self._queues.values())
+        for queue in self._queues.values():
+            queue.delete_before_physical(self.commitlog.min_offset)
+        replay_from = min(checkpoint.consume_queue_flushed if checkpoint else 0, index_from)
+        self.dispatcher.dispatched_offset = min(max(replay_from, self.commitlog.min_offset), self.commitlog.max_offset)
+        replayed = self.dispatcher.dispatch_pending(_ALL)
+        self.commitlog.queue_offsets = {key: q.max_offset for key, q in self._queues.items()}
+        return OpenReport(clean, checkpoint, commitlog_report, dropped, replayed)
+
+    def _load_consume_queues(self) -> None:
+        if not self._consume_queue_dir.is_dir():
+            return
+        for topic_dir in sorted(self._consume_queue_dir.iterdir()):
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.name.isdigit():
+                    log.warning("ignoring %s: not a queue directory", queue_dir)
+                    continue
+                queue = self._new_queue(topic_dir.name, int(queue_dir.name))
+                queue.load()
+
+    def _unit_checker(self, queue: ConsumeQueue):  # type: ignore[no-untyped-def]
+        def is_valid(queue_offset: int, unit: Unit) -> bool:
+            physical, size, _ = unit
+            record = self.commitlog.read(physical, min(size, HEADER.size))
+            if record is None or len(record) < HEADER.size:
+                return False
+            fields = HEADER.unpack(record)
+            return fields[0] == size and fields[3] == queue.queue_id and fields[5] == queue_offset
+
+        return is_valid
+
+    def close(self) -> None:
+        """Dispatch and flush everything, write the checkpoint, remove the abort marker; idempotent."""
+        if not self._open:
+            return
+        self._open = False
+        self.dispatcher.dispatch_pending(_ALL)
+        self.commitlog.flush()
+        self.flush_consume_queues()
+        self._close_files()
+        self._abort_path.unlink(missing_ok=True)
+        fsync_directory(self._root)
+        self._release_lock()
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        for queue in self._queues.values():
+            queue.close()
+        self.index.close()
+
+    def _acquire_lock(self) -> None:
+        fd = os.open(self._root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(f"store directory {self._root} is in use by another process") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def put_message(self, message: InboundMessage) -> PutResult:
+        return self.put_messages((message,))
+
+    def put_messages(self, messages: Sequence[InboundMessage]) -> PutResult:
+        """Append one message or a batch contiguously; validation failures are results, not errors.
+
+        Nothing is written unless every message of the batch is valid. The result does not wait
+        for a flush: :class:`~orbitmq.store.service.StoreService` adds that for SYNC_FLUSH.
+        """
+        if not self._open:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
+        if self.config.broker_role is BrokerRole.SLAVE:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
+        if not messages:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, reason="a batch must hold at least one message")
+        encoded: list[EncodedMessage] = []
+        for message in messages:
+            refused = self._check(message)
+            if refused is not None:
+                return refused
+            properties_raw = encode_properties(message.properties)
+            if len(properties_raw) > MAX_PROPERTIES_BYTES:
+                return PutResult(
+                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                    reason=f"properties of {len(properties_raw)} bytes exceed the limit of "
+                    f"{MAX_PROPERTIES_BYTES} bytes",
+                )
+            encoded.append(EncodedMessage(message, message.topic.encode(), properties_raw))
+        total = sum(item.record_size for item in encoded)
+        if total > self.commitlog.max_record_bytes():
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                reason=f"{len(encoded)} message(s) of {total} bytes do not fit in one commit-log segment "
+                f"({self.commitlog.max_record_bytes()} bytes usable)",
+            )
+        try:
+            with self._put_lock:
+                appended = self.commitlog.append(encoded, self.clock.now_ms())
+        except OSError as error:
+            log.error("commit log append failed: %s", error)
+            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
+        return PutResult(PutStatus.PUT_OK, tuple(appended))
+
+    def _check(self, message: InboundMessage) -> PutResult | None:
+        topic = message.topic
+        if topic not in self._checked_topics:
+            try:
+                validate_topic_name(topic)
+            except InvalidNameError as error:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(error))
+            self._checked_topics.add(topic)
+        body = message.body
+        if not isinstance(body, bytes | bytearray):
+            return _illegal(f"body must be bytes, not {type(body).__name__}")
+        if len(body) > self.config.max_message_bytes:
+            return _illegal(
+                f"body of {len(body)} bytes exceeds the maximum message size of "
+                f"{self.config.max_message_bytes} bytes"
+            )
+        if not 0 <= message.queue_id <= MAX_QUEUE_ID:
+            return _illegal(f"queue id {message.queue_id} must be between 0 and {MAX_QUEUE_ID}")
+        if message.reconsume_times < 0:
+            return _illegal(f"reconsume times {message.reconsume_times} must not be negative")
+        reason = check_properties(message.properties)
+        if reason is not None:
+            return _illegal(reason)
+        try:
+            encode_host(message.born_host)
+        except ValueError as error:
+            return _illegal(str(error))
+        return None
+
+    # -- dispatch and flush (called by the service) --------------------------------------------
+
+    def _build_consume_queue(self, request: DispatchRequest) -> bool:
+        key = (request.topic, request.queue_id)
+        queue = self._queues.get(key) or self._new_queue(request.topic, request.queue_id)
+        return queue.put(request.queue_offset, request.physical_offset, request.size, request.tags_code)
+
+    def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = ConsumeQueue(
+            self._consume_queue_dir / topic / str(queue_id),
+            topic,
+            queue_id,
+            self.config.consume_queue_units_per_file,
+            self._fsync,
+        )
+        self._queues[(topic, queue_id)] = queue
+        return queue
+
+    def dispatch_pending(self, max_bytes: int | None = None) -> int:
+        return self.dispatcher.dispatch_pending(max_bytes or self.config.dispatch_chunk_bytes)
+
+    def flush_commitlog(self) -> int:
+        """fsync the commit log; blocking."""
+        return self.commitlog.flush()
+
+    def flush_consume_queues(self) -> Checkpoint:
+        """fsync consume queues and index, then record the checkpoint; blocking."""
+        dispatched = self.dispatcher.dispatched_offset
+        for queue in list(self._queues.values()):
+            queue.flush()
+        index_flushed = self.index.flush()
+        checkpoint = Checkpoint(
+            commitlog_flushed=self.commitlog.flushed_offset,
+            consume_queue_flushed=dispatched,
+            index_flushed=index_flushed,
+            written_at_ms=self.clock.now_ms(),
+        )
+        write_checkpoint(self._checkpoint_path, checkpoint)
+        return checkpoint
+
+    def delete_expired(self) -> int:
+        """Apply retention: expired segments, then the consume-queue and index data behind them."""
+        protect_from = min(self.commitlog.flushed_offset, self.dispatcher.dispatched_offset)
+        deleted = self.commitlog.delete_expired(
+            self.clock.now_ms(),
+            self.config.file_reserved_time_ms,
+            protect_from,
+            self.config.delete_segments_per_pass,
+        )
+        if deleted:
+            minimum = self.commitlog.min_offset
+            for queue in list(self._queues.values()):
+                queue.delete_before_physical(minimum)
+            self.index.delete_before(minimum)
+        return deleted
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def queues(self) -> list[tuple[str, int]]:
+        return sorted(self._queues)
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.get((topic, queue_id))
+        return queue.min_offset if queue else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.get((topic, queue_id))
+        return queue.max_offset if queue else 0
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        message_filter: MessageFilter | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ's getMessage).
+
+        Statuses and the next offset the consumer must use follow DESIGN §4; a master corrects
+        the consumer's offset, a slave only if ``offset_check_in_slave``. ``group`` is carried
+        for the broker's statistics and filters; the store itself does not use it.
+        """
+        del group
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0), 0, 0)
+        low, high = queue.min_offset, queue.max_offset
+        if high == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0), low, high)
+        if offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, self._correct(offset, low), low, high)
+        if offset == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high)
+        if offset > high:
+            return GetResult(
+                GetStatus.OFFSET_OVERFLOW_BADLY, self._correct(offset, low if low == 0 else high), low, high
+            )
+        return self._read_queue(queue, offset, max(1, min(max_count, self.config.max_transfer_count)), message_filter)
+
+    def _read_queue(
+        self, queue: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None
+    ) -> GetResult:
+        records: list[bytes] = []
+        status = GetStatus.NO_MATCHED_MESSAGE
+        total_bytes, next_offset, last_physical = 0, offset, 0
+        scan_limit = offset + max(self.config.max_filter_scan_units, max_count)
+        commitlog_min = self.commitlog.min_offset
+        done = False
+        while not done and next_offset < min(queue.max_offset, scan_limit):
+            units = queue.units(next_offset, min(max_count * 4 if message_filter else max_count, 4096))
+            if not units:
+                break
+            for physical, size, code in units:
+                if len(records) >= max_count or (records and total_bytes + size > self.config.max_transfer_bytes):
+                    done = True
+                    break
+                next_offset += 1
+                if size <= 0 or physical < commitlog_min:
+                    status = GetStatus.OFFSET_FOUND_NULL if not records else status
+                    continue
+                if message_filter is not None and not message_filter.matches_tags_code(code):
+                    continue
+                record = self.commitlog.read(physical, size)
+                if record is None:
+                    status = GetStatus.OFFSET_FOUND_NULL if not records else status
+                    continue
+                if message_filter is not None and message_filter.needs_properties:
+                    if not message_filter.matches_properties(decode(record, check_crc=False).properties):
+                        continue
+                records.append(record)
+                total_bytes += size
+                last_physical = physical
+        if records:
+            status = GetStatus.FOUND
+        suggest = bool(records) and self.commitlog.max_offset - last_physical > self._slave_advice_lag
+        return GetResult(
+            status,
+            self._correct(offset, next_offset),
+            queue.min_offset,
+            queue.max_offset,
+            records,
+            suggest,
+        )
+
+    def _correct(self, old: int, new: int) -> int:
+        if self.config.broker_role is not BrokerRole.SLAVE or self.config.offset_check_in_slave:
+            return new
+        return old
+
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return 0
+        return queue.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
+
+    def message_at(self, physical_offset: int) -> StoredMessage | None:
+        """The message whose record starts at ``physical_offset``, or None."""
+        record = self.commitlog.read_record(physical_offset)
+        if record is None:
+            return None
+        try:
+            return decode(record)
+        except RecordError:
+            return None
+
+    def message_by_id(self, msg_id: str) -> StoredMessage | None:
+        """Look up an offset message id; ids of other brokers are not found here."""
+        host, physical_offset = decode_offset_msg_id(msg_id)
+        if encode_host(host) != encode_host(self.config.store_host):
+            return None
+        return self.message_at(physical_offset)
+
+    def query_by_key(
+        self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int = _ALL
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose key or unique key is ``key``, stored in [begin, end], newest first.
+
+        The index returns candidates by hash; each is decoded and checked, so hash collisions
+        never return another key's message.
+        """
+        found: list[StoredMessage] = []
+        for physical in self.index.query(topic, key, max_count * 4 + 16, begin_ms, end_ms):
+            message = self.message_at(physical)
+            if message is None or message.topic != topic:
+                continue
+            if key in message.keys or message.properties.get("UNIQ_KEY") == key:
+                found.append(message)
+                if len(found) >= max_count:
+                    break
+        return found
+
+    def delete_topic(self, topic: str) -> int:
+        """Remove a topic's consume queues (its records leave the log with retention)."""
+        doomed = [key for key in self._queues if key[0] == topic]
+        with self._put_lock:
+            for key in doomed:
+                self._queues.pop(key).destroy()
+                self.commitlog.queue_offsets.pop(key, None)
+        topic_dir = self._consume_queue_dir / topic
+        for queue_dir in topic_dir.glob("*"):
+            queue_dir.rmdir()
+        if topic_dir.exists():
+            topic_dir.rmdir()
+        return len(doomed)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+
+def _illegal(reason: str) -> PutResult:
+    return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=reason)

@@ -1,0 +1,334 @@
+"""Commit-log record codec.
+
+Every message a broker stores becomes one *record* in the commit log. Records are written
+back to back; a record never spans two segment files. When a record does not fit in what is
+left of a segment, a *blank* record fills the rest and the writer rolls to the next segment
+(RocketMQ's ``END_FILE_MIN_BLANK_LENGTH`` rule: at least :data:`BLANK_MIN_BYTES` always stay
+free for that marker).
+
+Message record (big-endian, offsets in bytes)::
+
+     0  total_size        i32   whole record, this field included
+     4  magic             u32   MESSAGE_MAGIC
+     8  body_crc          u32   zlib.crc32 of the body
+    12  queue_id          i32
+    16  flag              i32   free for applications
+    20  queue_offset      i64   index of the message's unit in its consume queue
+    28  physical_offset   i64   commit-log offset of byte 0 of this record
+    36  sys_flag          i32   SysFlag bits (transaction type, ...)
+    40  born_timestamp    i64   ms, producer clock
+    48  born_host         16B   IPv6 or IPv4-mapped address of the producer
+    64  born_port         u32
+    68  store_timestamp   i64   ms, broker clock
+    76  store_host        16B   address of the storing broker
+    92  store_port        u32
+    96  reconsume_times   i32
+   100  prepared_tx_off   i64   commit-log offset of the half message (transactions)
+   108  body_length       i32
+   112  body              body_length bytes
+     .  topic_length      u16   (topic ≤ 127 ASCII characters)
+     .  topic
+     .  properties_length u16
+     .  properties        name \\x01 value \\x02 ... (UTF-8)
+
+Blank record (fills the end of a segment)::
+
+     0  total_size  i32   bytes from here to the end of the segment
+     4  magic       u32   BLANK_MAGIC
+
+A record is valid only when its magic, its size and its body CRC all check; recovery stops at
+the first record that does not, which is how a torn tail after a crash is found.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+from enum import IntFlag
+from functools import lru_cache
+
+from orbitmq.common.topics import KEY_SEPARATOR, Property
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+BLANK_MIN_BYTES = 8
+"""Room always kept at the end of a segment for the blank record."""
+
+HEADER = struct.Struct("!iIIiiqqiq16sIq16sIiqi")
+HEADER_BYTES = HEADER.size  # 112
+PREFIX = struct.Struct("!iI")
+"""total_size and magic: all a scanner needs to step from one record to the next."""
+U16 = struct.Struct("!H")
+TIMESTAMP_FIELD = struct.Struct("!q")
+STORE_TIMESTAMP_POS = 68
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+BODY_POS = HEADER_BYTES
+
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32_767
+"""The u16 length field could hold more; RocketMQ's Short.MAX_VALUE limit is kept."""
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+class SysFlag(IntFlag):
+    """Bits of the record's ``sys_flag`` field (RocketMQ's MessageSysFlag values)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x1 << 2
+    TRANSACTION_COMMIT = 0x2 << 2
+    TRANSACTION_ROLLBACK = 0x3 << 2
+
+
+TRANSACTION_MASK = 0x3 << 2
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_MASK
+
+
+def record_overhead(topic_bytes: int, properties_bytes: int) -> int:
+    """Size of a record minus its body."""
+    return HEADER_BYTES + 2 + topic_bytes + 2 + properties_bytes
+
+
+@lru_cache(maxsize=4096)
+def encode_host(host: str) -> tuple[bytes, int]:
+    """``"10.0.0.1:10911"`` or ``"[::1]:10911"`` → (16-byte address, port)."""
+    address, _, port = host.rpartition(":")
+    if not address or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"host {host!r} must be 'address:port' with a port from 0 to 65535")
+    address = address.strip("[]")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"host {host!r} must have an IPv4 or IPv6 address, not {address!r}") from None
+    if isinstance(ip, ipaddress.IPv4Address):
+        ip = ipaddress.IPv6Address(f"::ffff:{ip}")
+    return ip.packed, int(port)
+
+
+@lru_cache(maxsize=4096)
+def decode_host(packed: bytes, port: int) -> str:
+    ip = ipaddress.IPv6Address(packed)
+    if ip.ipv4_mapped is not None:
+        return f"{ip.ipv4_mapped}:{port}"
+    return f"[{ip}]:{port}"
+
+
+def encode_properties(properties: dict[str, str]) -> bytes:
+    """Properties in RocketMQ's ``name\\x01value\\x02`` form."""
+    if not properties:
+        return b""
+    return "".join(
+        f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}" for name, value in properties.items()
+    ).encode()
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    if not raw:
+        return {}
+    text = bytes(raw).decode()
+    result: dict[str, str] = {}
+    for pair in text.split(PROPERTY_SEPARATOR):
+        if pair:
+            name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
+            result[name] = value
+    return result
+
+
+def check_properties(properties: dict[str, str]) -> str | None:
+    """The reason a property map cannot be stored, or None."""
+    for name, value in properties.items():
+        for text, what in ((name, "name"), (value, "value")):
+            if not isinstance(text, str):
+                return f"property {what} {text!r} must be a string"
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                return f"property {what} {text!r} must not contain the characters \\x01 or \\x02"
+        if not name:
+            return "property names must not be empty"
+    return None
+
+
+def tags_code(tag: str | None) -> int:
+    """The consume-queue tag hash: crc32 of the tag, 0 when there is none.
+
+    Consume-queue filtering compares these codes; clients re-check the tag text, so two tags
+    that share a code cost a wasted transfer, never a wrong delivery.
+    """
+    if not tag:
+        return 0
+    return zlib.crc32(tag.encode())
+
+
+@dataclass(slots=True)
+class InboundMessage:
+    """A message as handed to the store for appending (RocketMQ's MessageExtBrokerInner)."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Property.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        raw = self.properties.get(Property.KEYS)
+        return tuple(k for k in raw.split(KEY_SEPARATOR) if k) if raw else ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A decoded record: what queries and clients see (RocketMQ's MessageExt)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int
+    born_host: str
+    store_timestamp_ms: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_crc: int
+    size: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Property.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        raw = self.properties.get(Property.KEYS)
+        return tuple(k for k in raw.split(KEY_SEPARATOR) if k) if raw else ()
+
+    @property
+    def msg_id(self) -> str:
+        from orbitmq.store.message_id import encode_offset_msg_id
+
+        return encode_offset_msg_id(self.store_host, self.physical_offset)
+
+
+class RecordError(ValueError):
+    """A byte range that is not a valid record (torn, corrupt, or not a record boundary)."""
+
+
+def encode(
+    message: InboundMessage,
+    *,
+    properties_raw: bytes,
+    topic_raw: bytes,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp_ms: int,
+    store_host: tuple[bytes, int],
+) -> bytes:
+    """One complete record; lengths were checked by the caller."""
+    body = message.body
+    born_address, born_port = encode_host(message.born_host)
+    total = record_overhead(len(topic_raw), len(properties_raw)) + len(body)
+    header = HEADER.pack(
+        total,
+        MESSAGE_MAGIC,
+        zlib.crc32(body),
+        message.queue_id,
+        message.flag,
+        queue_offset,
+        physical_offset,
+        message.sys_flag,
+        message.born_timestamp_ms,
+        born_address,
+        born_port,
+        store_timestamp_ms,
+        store_host[0],
+        store_host[1],
+        message.reconsume_times,
+        message.prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join(
+        (header, body, U16.pack(len(topic_raw)), topic_raw, U16.pack(len(properties_raw)), properties_raw)
+    )
+
+
+def encode_blank(size: int) -> bytes:
+    return PREFIX.pack(size, BLANK_MAGIC) + bytes(size - PREFIX.size)
+
+
+def decode(buf: bytes | memoryview, *, check_crc: bool = True) -> StoredMessage:
+    """Decode one full record; raises :class:`RecordError` when it does not check."""
+    if len(buf) < HEADER_BYTES:
+        raise RecordError(f"record of {len(buf)} bytes is shorter than the {HEADER_BYTES}-byte header")
+    (
+        total,
+        magic,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_addr,
+        born_port,
+        store_ts,
+        store_addr,
+        store_port,
+        reconsume_times,
+        prepared_offset,
+        body_length,
+    ) = HEADER.unpack_from(buf, 0)
+    if magic != MESSAGE_MAGIC:
+        raise RecordError(f"magic {magic:#x} is not a message record")
+    if total > len(buf) or body_length < 0 or BODY_POS + body_length + 4 > total:
+        raise RecordError(f"record sizes do not fit: total {total}, body {body_length}, buffer {len(buf)}")
+    body = bytes(buf[BODY_POS : BODY_POS + body_length])
+    if check_crc and zlib.crc32(body) != body_crc:
+        raise RecordError(f"body CRC mismatch at physical offset {physical_offset}")
+    pos = BODY_POS + body_length
+    (topic_length,) = U16.unpack_from(buf, pos)
+    pos += 2
+    topic = bytes(buf[pos : pos + topic_length]).decode()
+    pos += topic_length
+    (properties_length,) = U16.unpack_from(buf, pos)
+    pos += 2
+    if pos + properties_length != total:
+        raise RecordError(f"record length {total} does not match its fields at offset {physical_offset}")
+    properties = decode_properties(buf[pos : pos + properties_length])
+    return StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        body=body,
+        properties=properties,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        born_host=decode_host(born_addr, born_port),
+        store_timestamp_ms=store_ts,
+        store_host=decode_host(store_addr, store_port),
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_offset,
+        body_crc=body_crc,
+        size=total,
+    )
