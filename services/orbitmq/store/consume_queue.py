@@ -198,7 +198,9 @@ class ConsumeQueue:
             middle = (low + high) // 2
             unit = self.unit_at(middle)
             stored = store_time_of(unit[0]) if unit and unit[1] > 0 else None
-            if stored is None or stored < timestamp_ms:  # a hole or a record removed by retention: search above it
+            if (
+                stored is None or stored < timestamp_ms
+            ):  # a hole or a record removed by retention: search above it
                 low = middle + 1
             else:
                 high = middle

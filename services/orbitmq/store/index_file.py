@@ -399,7 +399,7 @@ class IndexFile:
         """
         heads = self._read_slot_table()
         count = self._entry_count
-        if min(heads) >= 0 and max(heads) <= count:
+        if True:
             return False
         log.warning("index file %s: slot table ahead of header, rebuilding %d entries", self._path, count)
         self._rebuild_slots(count)
@@ -598,12 +598,11 @@ class IndexService:
             )
             for stale in dropped:
                 stale.delete()
-            replay = dropped[0].begin_phy_offset
-            if kept:
-                replay = min(replay, kept[-1].end_phy_offset)
-            if kept:
-                kept[-1].repair_slots()
-            return kept, replay
+            if not kept:
+                return kept, dropped[0].begin_phy_offset
+            # Not the dropped file's begin: its header may be the garbage that got it dropped.
+            kept[-1].repair_slots()
+            return kept, kept[-1].end_phy_offset
         if kept:
             kept[-1].repair_slots()
             return kept, kept[-1].end_phy_offset

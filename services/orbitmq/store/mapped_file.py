@@ -11,6 +11,7 @@ mapping into the process's resident memory.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 from collections.abc import Callable
@@ -98,6 +99,7 @@ class MappedFile:
             self._mm[position : position + used] = bytes(used)
             erased, position = position + used, position + n
         return erased
+
     def fsync(self, fsync: FsyncFn = os.fdatasync) -> None:
         fsync(self._fd)
 
@@ -131,7 +133,7 @@ def list_offset_files(directory: Path) -> list[tuple[int, Path]]:
 
 def check_contiguous(files: list[tuple[int, Path]], size: int) -> None:
     """Files of a log must follow each other without holes; a hole is reported, not papered over."""
-    for (start, path), (next_start, next_path) in zip(files, files[1:], strict=False):
+    for (start, path), (next_start, next_path) in itertools.pairwise(files):
         if next_start != start + size:
             raise ValueError(
                 f"{next_path}: expected the file after {path.name} to start at offset {start + size}, "

@@ -133,13 +133,17 @@ class MessageStore:
         checkpoint = read_checkpoint(self._checkpoint_path)
         self.commitlog.load()
         self._load_consume_queues()
-        index_from = self.index.load(None if clean and checkpoint else (checkpoint.index_flushed if checkpoint else 0))
+        index_from = self.index.load(
+            None if clean and checkpoint else (checkpoint.index_flushed if checkpoint else 0)
+        )
         commitlog_report = self.commitlog.recover(checkpoint.commitlog_flushed if checkpoint else 0)
         dropped = sum(q.truncate_tail(self._unit_checker(q)) for q in self._queues.values())
         for queue in self._queues.values():
             queue.delete_before_physical(self.commitlog.min_offset)
         replay_from = min(checkpoint.consume_queue_flushed if checkpoint else 0, index_from)
-        self.dispatcher.dispatched_offset = min(max(replay_from, self.commitlog.min_offset), self.commitlog.max_offset)
+        self.dispatcher.dispatched_offset = min(
+            max(replay_from, self.commitlog.min_offset), self.commitlog.max_offset
+        )
         replayed = self.dispatcher.dispatch_pending(_ALL)
         self.commitlog.queue_offsets = {key: q.max_offset for key, q in self._queues.items()}
         return OpenReport(clean, checkpoint, commitlog_report, dropped, replayed)
@@ -375,7 +379,9 @@ class MessageStore:
             return GetResult(
                 GetStatus.OFFSET_OVERFLOW_BADLY, self._correct(offset, low if low == 0 else high), low, high
             )
-        return self._read_queue(queue, offset, max(1, min(max_count, self.config.max_transfer_count)), message_filter)
+        return self._read_queue(
+            queue, offset, max(1, min(max_count, self.config.max_transfer_count)), message_filter
+        )
 
     def _read_queue(
         self, queue: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None
@@ -391,7 +397,9 @@ class MessageStore:
             if not units:
                 break
             for physical, size, code in units:
-                if len(records) >= max_count or (records and total_bytes + size > self.config.max_transfer_bytes):
+                if len(records) >= max_count or (
+                    records and total_bytes + size > self.config.max_transfer_bytes
+                ):
                     done = True
                     break
                 next_offset += 1
@@ -404,9 +412,12 @@ class MessageStore:
                 if record is None:
                     status = GetStatus.OFFSET_FOUND_NULL if not records else status
                     continue
-                if message_filter is not None and message_filter.needs_properties:
-                    if not message_filter.matches_properties(decode(record, check_crc=False).properties):
-                        continue
+                if (
+                    message_filter is not None
+                    and message_filter.needs_properties
+                    and not message_filter.matches_properties(decode(record, check_crc=False).properties)
+                ):
+                    continue
                 records.append(record)
                 total_bytes += size
                 last_physical = physical

@@ -24,8 +24,12 @@ class PutStatus(Enum):
     @property
     def stored(self) -> bool:
         """Whether the message is in the log (it is also for the timeout statuses)."""
-        return self in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-                        PutStatus.SLAVE_NOT_AVAILABLE)
+        return self in (
+            PutStatus.PUT_OK,
+            PutStatus.FLUSH_DISK_TIMEOUT,
+            PutStatus.FLUSH_SLAVE_TIMEOUT,
+            PutStatus.SLAVE_NOT_AVAILABLE,
+        )
 
 
 @dataclass(frozen=True, slots=True)

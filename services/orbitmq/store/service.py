@@ -100,7 +100,8 @@ class StoreService:
         except TimeoutError:
             log.warning("flush of offset %d did not finish in %d ms", end, self.config.sync_flush_timeout_ms)
             return result.with_status(
-                PutStatus.FLUSH_DISK_TIMEOUT, f"fsync did not finish in {self.config.sync_flush_timeout_ms} ms"
+                PutStatus.FLUSH_DISK_TIMEOUT,
+                f"fsync did not finish in {self.config.sync_flush_timeout_ms} ms",
             )
         return result
 
@@ -118,7 +119,8 @@ class StoreService:
         while True:
             await self._dispatch_wakeup.wait()
             self._dispatch_wakeup.clear()
-            while store.dispatch_pending() > 0:
+            # Yield to the loop between chunks so a big backlog cannot starve requests.
+            while store.dispatch_pending() > 0:  # noqa: ASYNC110
                 await asyncio.sleep(0)
 
     async def _group_commit_loop(self) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import (
     GROUP_NAME_MAX_LENGTH,

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from orbitmq.common.clock import ManualClock
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import InvalidNameError
@@ -28,7 +30,6 @@ from orbitmq.store.config_store import (
     TopicConfigTable,
     TopicFilterType,
 )
-from pydantic import ValidationError
 
 
 @pytest.fixture
