@@ -54,7 +54,7 @@ import struct
 import sys
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -399,7 +399,7 @@ class IndexFile:
         """
         heads = self._read_slot_table()
         count = self._entry_count
-        if True:
+        if min(heads) >= 0 and max(heads) <= count:
             return False
         log.warning("index file %s: slot table ahead of header, rebuilding %d entries", self._path, count)
         self._rebuild_slots(count)
@@ -427,7 +427,7 @@ class IndexFile:
         self._used_slot_count = used
         self._write_header()
 
-    def _iter_entry_hashes(self, count: int) -> Iterable[tuple[int, int]]:
+    def _iter_entry_hashes(self, count: int) -> Iterator[tuple[int, int]]:
         number = 0
         for chunk_start in range(0, count, _REPAIR_CHUNK_ENTRIES):
             chunk_end = min(count, chunk_start + _REPAIR_CHUNK_ENTRIES)

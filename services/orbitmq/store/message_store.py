@@ -474,6 +474,8 @@ class MessageStore:
             message = self.message_at(physical)
             if message is None or message.topic != topic:
                 continue
+            if not begin_ms <= message.store_timestamp_ms <= end_ms:
+                continue  # the index keeps whole seconds; the record has the exact time
             if key in message.keys or message.properties.get("UNIQ_KEY") == key:
                 found.append(message)
                 if len(found) >= max_count:
