@@ -11,6 +11,7 @@ mapping into the process's resident memory.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import mmap
 import os
@@ -43,13 +44,12 @@ class MappedFile:
         self.path = path
         self.start_offset = start_offset
         self.size = size
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self._fd = os.open(path, flags, 0o644)
+        if create:
+            _create_full_size(path, size)
+        self._fd = os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(self._fd).st_size
-            if create:
-                os.ftruncate(self._fd, size)
-            elif actual != size:
+            if actual != size:
                 raise ValueError(
                     f"{path}: file is {actual} bytes but files of this kind must be exactly {size} bytes "
                     "(was the segment size changed for an existing store?)"
@@ -57,8 +57,6 @@ class MappedFile:
             self._mm = mmap.mmap(self._fd, size)
         except BaseException:
             os.close(self._fd)
-            if create:
-                path.unlink(missing_ok=True)
             raise
 
     @classmethod
@@ -119,12 +117,46 @@ class MappedFile:
         self.path.unlink(missing_ok=True)
 
 
+TEMP_SUFFIX = ".creating"
+
+
+def _create_full_size(path: Path, size: int) -> None:
+    """Create ``path`` at its full size with disk blocks reserved, atomically.
+
+    The file is built under a temporary name and renamed into place, so a crash mid-creation
+    never leaves a short file with a segment's name. Reserving blocks matters too: a write
+    through a mapping into a sparse file on a full disk kills the process with SIGBUS, while
+    a failed reservation here is an ``OSError`` the store reports as a put result.
+    """
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        temp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    if path.exists():
+        temp.unlink()
+        raise FileExistsError(f"{path} already exists")
+    os.rename(temp, path)
+
+
 def list_offset_files(directory: Path) -> list[tuple[int, Path]]:
     """(start offset, path) of every offset-named file in ``directory``, in order."""
     if not directory.is_dir():
         return []
     found = []
     for path in directory.iterdir():
+        if path.name.endswith(TEMP_SUFFIX):  # a creation cut short by a crash
+            path.unlink()
+            continue
         start = parse_offset_file_name(path)
         if start is not None and path.is_file():
             found.append((start, path))

@@ -46,7 +46,9 @@ def test_empty_queue_is_no_message_in_queue(open_store: StoreFactory) -> None:
         (7, GetStatus.FOUND, 10),
     ],
 )
-def test_status_and_next_offset(open_store: StoreFactory, offset: int, status: GetStatus, next_offset: int) -> None:
+def test_status_and_next_offset(
+    open_store: StoreFactory, offset: int, status: GetStatus, next_offset: int
+) -> None:
     store = open_store()
     _fill(store, 10)
     result = store.get_message("g", "TopicA", 0, offset, 32)

@@ -22,7 +22,9 @@ def _fill_segments(store: MessageStore, clock: ManualClock, count: int) -> None:
     store.commitlog.flush()
 
 
-def test_expired_segments_are_deleted_and_min_offset_rises(open_store: StoreFactory, clock: ManualClock) -> None:
+def test_expired_segments_are_deleted_and_min_offset_rises(
+    open_store: StoreFactory, clock: ManualClock
+) -> None:
     store = open_store(file_reserved_time_ms=HOUR_MS)
     _fill_segments(store, clock, 100)  # ~31 messages per 64 KiB segment → 4 segments
     segments_before = len(store.commitlog.segments)
