@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crash_child import body_of, config  # noqa: E402
+from crash_child import body_of, config
 
-from orbitmq.store.message_store import MessageStore  # noqa: E402
-from orbitmq.store.record import decode  # noqa: E402
+from orbitmq.store.message_store import MessageStore
+from orbitmq.store.record import decode
 
 ROUNDS = 24
 CHILD = Path(__file__).parent / "crash_child.py"
