@@ -48,6 +48,8 @@ class ConsumeQueue:
         self.file_bytes = units_per_file * UNIT_BYTES
         self._fsync = fsync
         self._files: list[MappedFile] = []
+        self._tail: MappedFile | None = None
+        """The file the next unit goes to (saves a lookup per put)."""
         self._min_offset = 0
         self._max_offset = 0
         self._flushed_offset = 0
@@ -133,16 +135,18 @@ class ConsumeQueue:
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Record one message's unit. Replays of units already present are ignored."""
-        if queue_offset < self._max_offset:
-            return False
-        if queue_offset > self._max_offset:
+        if queue_offset != self._max_offset:
+            if queue_offset < self._max_offset:
+                return False
             self._skip_to(queue_offset)
         byte_offset = queue_offset * UNIT_BYTES
-        files = self._files
-        if not files or byte_offset >= files[-1].end_offset:
-            self._add_file(byte_offset - byte_offset % self.file_bytes)
-        mapped, position = self._locate(queue_offset)
-        UNIT.pack_into(mapped.buffer, position, physical_offset, size, tags_code)
+        tail = self._tail
+        if tail is None or not tail.start_offset <= byte_offset < tail.end_offset:
+            files = self._files
+            if not files or byte_offset >= files[-1].end_offset:
+                self._add_file(byte_offset - byte_offset % self.file_bytes)
+            tail = self._tail = self._locate(queue_offset)[0]
+        UNIT.pack_into(tail.buffer, byte_offset - tail.start_offset, physical_offset, size, tags_code)
         self._max_offset = queue_offset + 1
         self.max_physical_end = physical_offset + size
         return True
@@ -257,4 +261,5 @@ class ConsumeQueue:
         for mapped in self._files:
             mapped.delete()
         self._files = []
+        self._tail = None
         self._min_offset = self._max_offset = self._flushed_offset = 0

@@ -1,18 +1,23 @@
 """The dispatcher: reads the commit log behind the writer and feeds consume queues and the index.
 
 It is RocketMQ's ``ReputMessageService``: only whole records below the write offset are read,
-so a unit never points at an incomplete record. After each pass it tells listeners which
-queues grew, which is what wakes held long-polling pulls. Sinks are idempotent, so the same
+so a unit never points at an incomplete record. The writer also hands over each batch it
+appends (:meth:`Dispatcher.submit`), which saves decoding records it has just encoded;
+whenever those hand-overs do not line up with the log — at start-up replay, for bytes copied
+by replication — the dispatcher decodes the log itself. After each pass it tells listeners
+which queues grew, which is what wakes held long-polling pulls. Sinks are idempotent, so the same
 code serves normal operation, replay after a crash, and (later) records copied by replication.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import mmap
+from collections import deque
+from collections.abc import Callable, Sequence
 
 from orbitmq.common.topics import KEY_SEPARATOR, SCHEDULE_TOPIC, Property
-from orbitmq.store.commitlog import CommitLog
+from orbitmq.store.commitlog import AppendedMessage, CommitLog
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.record import (
     BLANK_MAGIC,
@@ -20,18 +25,24 @@ from orbitmq.store.record import (
     HEADER,
     MESSAGE_MAGIC,
     PREFIX,
-    U16,
+    TRANSACTION_MASK,
+    InboundMessage,
     SysFlag,
     decode_properties,
     tags_code,
-    transaction_type,
 )
 
 log = logging.getLogger(__name__)
 
 QueueGrowthListener = Callable[[str, int, int], None]
 """Called with (topic, queue id, new max offset) after a dispatch pass."""
-Sink = Callable[[DispatchRequest], object]
+ConsumeQueueSink = Callable[[str, int, int, int, int, int], bool]
+"""(topic, queue id, queue offset, physical offset, size, tags code) → whether a unit was added."""
+IndexSink = Callable[[list[DispatchRequest], int, int], object]
+"""(requests of messages with keys, end of the log seen, last store time seen)."""
+Buffer = mmap.mmap
+_TAG_CACHE_SIZE = 10_000
+_MAX_PENDING_BATCHES = 100_000
 
 _NO_CONSUME_QUEUE_TYPES = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
 
@@ -40,12 +51,23 @@ class DispatchError(RuntimeError):
     """The log holds something that is not a record where a record must start."""
 
 
+class _Pass:
+    """What one dispatch pass collects: grown queues, index work, how far it got."""
+
+    __slots__ = ("grown", "indexed", "last_timestamp")
+
+    def __init__(self) -> None:
+        self.grown: dict[tuple[str, int], int] = {}
+        self.indexed: list[DispatchRequest] = []
+        self.last_timestamp = 0
+
+
 class Dispatcher:
     def __init__(
         self,
         commitlog: CommitLog,
-        consume_queue_sink: Sink,
-        index_sink: Sink,
+        consume_queue_sink: ConsumeQueueSink,
+        index_sink: IndexSink,
         delay_levels_ms: tuple[int, ...],
     ) -> None:
         self._commitlog = commitlog
@@ -53,6 +75,9 @@ class Dispatcher:
         self._index_sink = index_sink
         self._delay_levels_ms = delay_levels_ms
         self._listeners: list[QueueGrowthListener] = []
+        self._pending: deque[tuple[int, Sequence[InboundMessage], Sequence[AppendedMessage]]] = deque()
+        self._topic_names: dict[bytes, str] = {}
+        self._tag_codes: dict[str, int] = {}
         self.dispatched_offset = 0
 
     def add_listener(self, listener: QueueGrowthListener) -> None:
@@ -65,65 +90,131 @@ class Dispatcher:
     def lag_bytes(self) -> int:
         return self._commitlog.max_offset - self.dispatched_offset
 
-    def dispatch_pending(self, max_bytes: int, *, index_from: int = 0) -> int:
-        """Dispatch up to ``max_bytes`` of new records; returns how many bytes were consumed.
+    def submit(self, messages: Sequence[InboundMessage], appended: Sequence[AppendedMessage]) -> None:
+        """Hand over a batch just appended (called under the put lock); one deque entry per batch."""
+        pending = self._pending
+        if len(pending) > _MAX_PENDING_BATCHES:  # nobody is dispatching: stop buffering, decode later
+            pending.clear()
+        pending.append((appended[0].physical_offset, messages, appended))
 
-        ``index_from`` (replay only) skips index building below that offset.
-        """
+    def dispatch_pending(self, max_bytes: int) -> int:
+        """Dispatch up to about ``max_bytes`` of new records; returns how many bytes were consumed."""
         commitlog = self._commitlog
         start = position = max(self.dispatched_offset, commitlog.min_offset)
-        end = commitlog.max_offset
-        grown: dict[tuple[str, int], int] = {}
-        while position < end and position - start < max_bytes:
-            segment = commitlog.segment_for(position)
-            if segment is None:
-                raise DispatchError(f"no commit-log segment holds offset {position}")
+        limit = min(commitlog.max_offset, start + max_bytes)
+        work = _Pass()
+        pending = self._pending
+        segment, segment_end = None, -1
+        while position < limit:
+            while pending and pending[0][0] < position:
+                pending.popleft()
+            if pending and pending[0][0] == position:
+                _, messages, appended = pending.popleft()
+                position = self._dispatch_batch(messages, appended, work)
+                continue
+            if position >= segment_end or segment is None:
+                segment = commitlog.segment_for(position)
+                if segment is None:
+                    raise DispatchError(f"no commit-log segment holds offset {position}")
+                segment_end = segment.end_offset
             buffer, at = segment.buffer, position - segment.start_offset
             total, magic = PREFIX.unpack_from(buffer, at)
             if magic == BLANK_MAGIC:
-                position = segment.end_offset
+                position = segment_end
                 continue
             if magic != MESSAGE_MAGIC or total <= 0:
                 raise DispatchError(f"commit log offset {position}: magic {magic:#x}, size {total}")
-            request = self._request(buffer, at, total)
-            if transaction_type(request.sys_flag) not in _NO_CONSUME_QUEUE_TYPES and self._consume_queue_sink(
-                request
-            ):
-                grown[(request.topic, request.queue_id)] = request.queue_offset + 1
-            if position >= index_from:
-                self._index_sink(request)
+            self._dispatch_request(self._request(buffer, at, total), work)
             position += total
+        if position > start:
+            self._index_sink(work.indexed, position, work.last_timestamp)
         self.dispatched_offset = position
+        self._notify(work.grown)
+        return position - start
+
+    def _dispatch_batch(
+        self, messages: Sequence[InboundMessage], appended: Sequence[AppendedMessage], work: _Pass
+    ) -> int:
+        """Units (and index requests for keyed messages) straight from what the writer knew."""
+        build_unit, grown, tags_code_of = self._consume_queue_sink, work.grown, self._tags_code
+        placed = appended[-1]
+        for message, placed in zip(messages, appended, strict=True):
+            properties = message.properties
+            topic, queue_id, queue_offset = message.topic, message.queue_id, placed.queue_offset
+            if message.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES and build_unit(
+                topic,
+                queue_id,
+                queue_offset,
+                placed.physical_offset,
+                placed.size,
+                tags_code_of(topic, properties, placed.store_timestamp_ms),
+            ):
+                grown[(topic, queue_id)] = queue_offset + 1
+            if Property.KEYS in properties or Property.UNIQ_KEY in properties:
+                keys_raw = properties.get(Property.KEYS)
+                work.indexed.append(
+                    DispatchRequest(
+                        topic,
+                        queue_id,
+                        placed.physical_offset,
+                        placed.size,
+                        0,
+                        placed.store_timestamp_ms,
+                        queue_offset,
+                        tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else (),
+                        properties.get(Property.UNIQ_KEY),
+                        message.sys_flag,
+                    )
+                )
+        work.last_timestamp = max(work.last_timestamp, placed.store_timestamp_ms)
+        return placed.physical_offset + placed.size
+
+    def _dispatch_request(self, request: DispatchRequest, work: _Pass) -> None:
+        if request.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES and self._consume_queue_sink(
+            request.topic,
+            request.queue_id,
+            request.queue_offset,
+            request.physical_offset,
+            request.size,
+            request.tags_code,
+        ):
+            work.grown[(request.topic, request.queue_id)] = request.queue_offset + 1
+        if request.keys or request.unique_key:
+            work.indexed.append(request)
+        work.last_timestamp = max(work.last_timestamp, request.store_timestamp_ms)
+
+    def _notify(self, grown: dict[tuple[str, int], int]) -> None:
         for (topic, queue_id), max_offset in grown.items():
             for listener in self._listeners:
                 try:
                     listener(topic, queue_id, max_offset)
                 except Exception:
                     log.exception("queue growth listener failed for %s-%d", topic, queue_id)
-        return position - start
 
-    def _request(self, buffer: object, at: int, total: int) -> DispatchRequest:
-        fields = HEADER.unpack_from(buffer, at)  # type: ignore[arg-type]
-        queue_id, queue_offset, physical_offset, sys_flag = fields[3], fields[5], fields[6], fields[7]
-        store_timestamp, body_length = fields[11], fields[16]
+    def _request(self, buffer: Buffer, at: int, total: int) -> DispatchRequest:
+        fields = HEADER.unpack_from(buffer, at)
+        body_length = fields[16]
         pos = at + BODY_POS + body_length
-        (topic_length,) = U16.unpack_from(buffer, pos)  # type: ignore[arg-type]
-        topic = bytes(buffer[pos + 2 : pos + 2 + topic_length]).decode()  # type: ignore[index]
+        topic_length = buffer[pos] << 8 | buffer[pos + 1]
+        topic = self._topic_names.get(buffer[pos + 2 : pos + 2 + topic_length])
+        if topic is None:
+            raw = buffer[pos + 2 : pos + 2 + topic_length]
+            topic = self._topic_names[raw] = raw.decode()
         pos += 2 + topic_length
-        (properties_length,) = U16.unpack_from(buffer, pos)  # type: ignore[arg-type]
-        properties = decode_properties(buffer[pos + 2 : pos + 2 + properties_length])  # type: ignore[index]
+        properties_length = buffer[pos] << 8 | buffer[pos + 1]
+        properties = decode_properties(buffer[pos + 2 : pos + 2 + properties_length])
         keys_raw = properties.get(Property.KEYS)
         return DispatchRequest(
-            topic=topic,
-            queue_id=queue_id,
-            physical_offset=physical_offset,
-            size=total,
-            tags_code=self._tags_code(topic, properties, store_timestamp),
-            store_timestamp_ms=store_timestamp,
-            queue_offset=queue_offset,
-            keys=tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else (),
-            unique_key=properties.get(Property.UNIQ_KEY),
-            sys_flag=sys_flag,
+            topic,
+            fields[3],  # queue id
+            fields[6],  # physical offset
+            total,
+            self._tags_code(topic, properties, fields[11]),
+            fields[11],  # store timestamp
+            fields[5],  # queue offset
+            tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else (),
+            properties.get(Property.UNIQ_KEY),
+            fields[7],  # sys flag
         )
 
     def _tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
@@ -134,4 +225,12 @@ class Dispatcher:
                 return store_timestamp + self._delay_levels_ms[int(level) - 1]
             log.warning("schedule topic message with delay level %r; due at once", level)
             return store_timestamp
-        return tags_code(properties.get(Property.TAGS))
+        tag = properties.get(Property.TAGS)
+        if tag is None:
+            return 0
+        code = self._tag_codes.get(tag)
+        if code is None:
+            code = self._tag_codes[tag] = tags_code(tag)
+            if len(self._tag_codes) > _TAG_CACHE_SIZE:
+                self._tag_codes.clear()
+        return code

@@ -54,7 +54,7 @@ import struct
 import sys
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -341,15 +341,25 @@ class IndexFile:
         _SLOT.pack_into(mm, slot_pos, number)
         return True
 
-    def mark_indexed(self, end_phy_offset: int, store_timestamp_ms: int) -> None:
-        """Record that the commit log up to ``end_phy_offset`` was seen (a message without keys)."""
-        _check_non_negative("end_phy_offset", end_phy_offset)
+    def mark_indexed(
+        self, end_phy_offset: int, store_timestamp_ms: int, *, write_header: bool = True
+    ) -> None:
+        """Record that the commit log up to ``end_phy_offset`` was seen (a message without keys).
+
+        ``write_header=False`` defers the header write to :meth:`write_header` (batched builds).
+        """
+        if end_phy_offset < 0:
+            _check_non_negative("end_phy_offset", end_phy_offset)
         if self._entry_count == 0 and self._begin_timestamp_ms == 0:
             self._begin_timestamp_ms = self._end_timestamp_ms = store_timestamp_ms
         if end_phy_offset > self._end_phy_offset:
             self._end_phy_offset = end_phy_offset
         if store_timestamp_ms > self._end_timestamp_ms:
             self._end_timestamp_ms = store_timestamp_ms
+        if write_header:
+            self._write_header()
+
+    def write_header(self) -> None:
         self._write_header()
 
     # -- read path -----------------------------------------------------------------------------
@@ -612,21 +622,39 @@ class IndexService:
 
     def build(self, request: DispatchRequest) -> None:
         """Index the request's keys and unique key; a no-op for an already indexed message."""
-        offset = request.physical_offset
-        timestamp = request.store_timestamp_ms
-        end = offset + request.size
-        keys = _message_keys(request)
+        self.build_batch((request,))
+
+    def build_batch(
+        self, requests: Sequence[DispatchRequest], seen_until: int | None = None, seen_timestamp_ms: int = 0
+    ) -> None:
+        """Index a dispatcher pass under one lock.
+
+        ``requests`` are the pass's messages that carry keys; ``seen_until`` is where the pass
+        ended in the log, so replay after a crash skips the keyless messages too.
+        """
         with self._lock:
             self._check_usable(need_loaded=True)
             current = self._files[-1] if self._files else None
-            if current is not None and offset < current.end_phy_offset:
-                return
-            if current is None or (keys and len(keys) > current.remaining and current.entry_count > 0):
-                current = self._roll(offset, timestamp)
-            if keys:
-                self._put_keys(current, request.topic + "#", keys, offset, timestamp, end)
-            else:  # nothing to index, but replay must still skip this message
-                current.mark_indexed(end, timestamp)
+            for request in requests:
+                offset = request.physical_offset
+                if current is not None and offset < current.end_phy_offset:
+                    continue
+                timestamp = request.store_timestamp_ms
+                end = offset + request.size
+                keys = _message_keys(request)
+                if current is None or (keys and len(keys) > current.remaining and current.entry_count > 0):
+                    current = self._roll(offset, timestamp)
+                if keys:
+                    self._put_keys(current, request.topic + "#", keys, offset, timestamp, end)
+                    current = self._files[-1]
+                else:  # nothing to index, but replay must still skip this message
+                    current.mark_indexed(end, timestamp, write_header=False)
+            if seen_until is not None:
+                if current is None:
+                    current = self._roll(seen_until, seen_timestamp_ms)
+                current.mark_indexed(seen_until, seen_timestamp_ms, write_header=False)
+            if current is not None:
+                current.write_header()
             self._dirty = True
 
     def _put_keys(

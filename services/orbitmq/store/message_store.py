@@ -30,7 +30,6 @@ from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoi
 from orbitmq.store.commitlog import CommitLog, EncodedMessage, RecoveryReport
 from orbitmq.store.config import BrokerRole, StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueue, Unit
-from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.dispatcher import Dispatcher
 from orbitmq.store.index_file import IndexService
 from orbitmq.store.mapped_file import FsyncFn, fsync_directory
@@ -39,19 +38,21 @@ from orbitmq.store.message_id import decode_offset_msg_id
 from orbitmq.store.record import (
     HEADER,
     MAX_PROPERTIES_BYTES,
+    RECORD_FIXED_BYTES,
     InboundMessage,
     RecordError,
     StoredMessage,
     check_properties,
     decode,
     encode_host,
-    encode_properties,
+    separators_intact,
 )
 from orbitmq.store.results import GetResult, GetStatus, PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUE_ID = 65_535
+_HOST_CACHE_SIZE = 100_000
 _ALL = 1 << 62
 
 
@@ -89,10 +90,13 @@ class MessageStore:
         self.index = IndexService(root / "index", config.index_slot_count, config.index_max_entries)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dispatcher = Dispatcher(
-            self.commitlog, self._build_consume_queue, self.index.build, config.delay_levels_ms
+            self.commitlog, self._build_consume_queue, self.index.build_batch, config.delay_levels_ms
         )
         self._put_lock = threading.Lock()
-        self._checked_topics: set[str] = set()
+        self._topic_raw: dict[str, bytes] = {}
+        """Validated topic names and their UTF-8 bytes."""
+        self._hosts: set[str] = set()
+        """Born-host strings known to parse."""
         self._open = False
         self._slave_advice_lag = config.slave_advice_lag_bytes
 
@@ -221,18 +225,39 @@ class MessageStore:
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, reason="a batch must hold at least one message")
         encoded: list[EncodedMessage] = []
+        topic_raw_of = self._topic_raw
+        max_body = self.config.max_message_bytes
+        overhead = RECORD_FIXED_BYTES
         for message in messages:
-            refused = self._check(message)
-            if refused is not None:
-                return refused
-            properties_raw = encode_properties(message.properties)
-            if len(properties_raw) > MAX_PROPERTIES_BYTES:
-                return PutResult(
-                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                    reason=f"properties of {len(properties_raw)} bytes exceed the limit of "
-                    f"{MAX_PROPERTIES_BYTES} bytes",
-                )
-            encoded.append(EncodedMessage(message, message.topic.encode(), properties_raw))
+            topic_raw = topic_raw_of.get(message.topic)
+            body = message.body
+            if (
+                message.born_host not in self._hosts
+                or topic_raw is None
+                or type(body) is not bytes
+                or len(body) > max_body
+                or not 0 <= message.queue_id <= MAX_QUEUE_ID
+                or message.reconsume_times < 0
+            ):
+                refused = self._check(message)
+                if refused is not None:
+                    return refused
+                topic_raw = self._topic_bytes(message.topic)
+            properties = message.properties
+            if properties:
+                properties_raw = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
+                if len(properties_raw) > MAX_PROPERTIES_BYTES:
+                    return PutResult(
+                        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                        reason=f"properties of {len(properties_raw)} bytes exceed the limit of "
+                        f"{MAX_PROPERTIES_BYTES} bytes",
+                    )
+                if not separators_intact(properties_raw, len(properties)):
+                    return _illegal(check_properties(properties) or "properties are malformed")
+            else:
+                properties_raw = b""
+            size = overhead + len(topic_raw) + len(properties_raw) + len(body)
+            encoded.append(EncodedMessage(message, topic_raw, properties_raw, size))
         total = sum(item.record_size for item in encoded)
         if total > self.commitlog.max_record_bytes():
             return PutResult(
@@ -243,19 +268,25 @@ class MessageStore:
         try:
             with self._put_lock:
                 appended = self.commitlog.append(encoded, self.clock.now_ms())
+                self.dispatcher.submit(messages, appended)
         except OSError as error:
             log.error("commit log append failed: %s", error)
             return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
         return PutResult(PutStatus.PUT_OK, tuple(appended))
 
+    def _topic_bytes(self, topic: str) -> bytes:
+        raw = self._topic_raw.get(topic)
+        if raw is None:
+            raw = self._topic_raw[topic] = topic.encode()
+        return raw
+
     def _check(self, message: InboundMessage) -> PutResult | None:
-        topic = message.topic
-        if topic not in self._checked_topics:
+        """The refusal for an invalid message, or None. Property text is checked after encoding."""
+        if message.topic not in self._topic_raw:
             try:
-                validate_topic_name(topic)
+                validate_topic_name(message.topic)
             except InvalidNameError as error:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(error))
-            self._checked_topics.add(topic)
         body = message.body
         if not isinstance(body, bytes | bytearray):
             return _illegal(f"body must be bytes, not {type(body).__name__}")
@@ -266,23 +297,24 @@ class MessageStore:
             )
         if not 0 <= message.queue_id <= MAX_QUEUE_ID:
             return _illegal(f"queue id {message.queue_id} must be between 0 and {MAX_QUEUE_ID}")
+        if message.born_host not in self._hosts:
+            try:
+                encode_host(message.born_host)
+            except ValueError as error:
+                return _illegal(str(error))
+            if len(self._hosts) < _HOST_CACHE_SIZE:
+                self._hosts.add(message.born_host)
         if message.reconsume_times < 0:
             return _illegal(f"reconsume times {message.reconsume_times} must not be negative")
-        reason = check_properties(message.properties)
-        if reason is not None:
-            return _illegal(reason)
-        try:
-            encode_host(message.born_host)
-        except ValueError as error:
-            return _illegal(str(error))
         return None
 
     # -- dispatch and flush (called by the service) --------------------------------------------
 
-    def _build_consume_queue(self, request: DispatchRequest) -> bool:
-        key = (request.topic, request.queue_id)
-        queue = self._queues.get(key) or self._new_queue(request.topic, request.queue_id)
-        return queue.put(request.queue_offset, request.physical_offset, request.size, request.tags_code)
+    def _build_consume_queue(
+        self, topic: str, queue_id: int, queue_offset: int, physical_offset: int, size: int, tags_code: int
+    ) -> bool:
+        queue = self._queues.get((topic, queue_id)) or self._new_queue(topic, queue_id)
+        return queue.put(queue_offset, physical_offset, size, tags_code)
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(

@@ -32,7 +32,7 @@ class PutStatus(Enum):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutResult:
     status: PutStatus
     messages: tuple[AppendedMessage, ...] = ()

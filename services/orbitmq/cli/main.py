@@ -1,0 +1,76 @@
+"""``orbitmq`` command line (click). Subcommands are added by the roles as they arrive."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from orbitmq import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="orbitmq")
+@click.option(
+    "--log-level",
+    default="WARNING",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def main(log_level: str) -> None:
+    """orbitmq: a RocketMQ-style message queue."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks that print figures with a same-run baseline."""
+
+
+@bench.command("store")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option(
+    "--messages",
+    default=200_000,
+    show_default=True,
+    type=click.IntRange(1_000, 10_000_000),
+    help="Messages for the append and read figures.",
+)
+@click.option(
+    "--sync-messages",
+    default=60_000,
+    show_default=True,
+    type=click.IntRange(1_000, 10_000_000),
+    help="Messages for the SYNC_FLUSH group-commit figure.",
+)
+@click.option(
+    "--rss-gib",
+    default=4.0,
+    show_default=True,
+    type=click.FloatRange(0, 64),
+    help="Size of the store opened for open_rss_mb (0 skips it).",
+)
+@click.option(
+    "--dir",
+    "work_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to put the benchmark's temporary stores (default: system temp dir).",
+)
+def bench_store(
+    as_json: bool, messages: int, sync_messages: int, rss_gib: float, work_dir: Path | None
+) -> None:
+    """Storage engine: appends (async, group commit), sequential reads, RSS after open."""
+    from orbitmq.bench.figures import emit
+    from orbitmq.bench.store import run
+
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    run(
+        lambda f: emit(f, as_json),
+        messages=messages,
+        sync_messages=sync_messages,
+        rss_gib=rss_gib,
+        work_dir=work_dir,
+        progress=not as_json,
+    )

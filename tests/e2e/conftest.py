@@ -1,0 +1,106 @@
+"""Fixtures for end-to-end tests against a real (but local, container-free) Kubernetes control plane.
+
+The ``k8s_cluster`` fixture drives ``scripts/k8s-testbed``: it builds the pinned binaries (a
+no-op when the cache is warm; CI runs ``scripts/k8s-testbed build`` ahead of pytest), starts
+etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok once per session in
+a private state directory, and always tears them down again.
+
+If the tools cannot be built or the cluster does not come up, the fixture *fails* with the
+script's output.  It never skips: a silently skipped e2e suite would look green in CI while
+testing nothing.
+
+Timeouts: building and starting the cluster happens in a session fixture and may take much
+longer than a test (a cold build is ~20 minutes), so e2e tests carry
+``pytest.mark.timeout(N, func_only=True)`` (``k8s_testbed_support.E2E_TIMEOUT``) and the
+fixture bounds each of its own subprocesses instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from k8s_testbed_support import TESTBED, K8sCluster
+
+# Bounds for the fixture's own subprocesses (pytest-timeout does not cover them, see above).
+BUILD_TIMEOUT_S = 60 * 60
+UP_TIMEOUT_S = 300
+DOWN_TIMEOUT_S = 120
+
+
+def _run_testbed(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a k8s-testbed subcommand, turning a hang into a failed result instead of an exception."""
+    try:
+        return subprocess.run(
+            [str(TESTBED), command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return subprocess.CompletedProcess(exc.cmd, -1, out, err + f"\n(timed out after {timeout:.0f}s)")
+
+
+def _describe(result: subprocess.CompletedProcess[str]) -> str:
+    """Everything the script said, for a failure message that explains itself."""
+    return f"exit code {result.returncode}\n--- stderr ---\n{result.stderr}\n--- stdout ---\n{result.stdout}"
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
+    """A running test bed for the whole session; always torn down, never skipped."""
+    state = tmp_path_factory.mktemp("k8s-testbed-state")
+    home = tmp_path_factory.mktemp("k8s-testbed-home")
+    env = dict(os.environ, ORBITMQ_K8S_STATE=str(state))
+
+    started = time.monotonic()
+    build = _run_testbed("build", env, BUILD_TIMEOUT_S)
+    if build.returncode != 0:
+        pytest.fail(f"scripts/k8s-testbed build failed: {_describe(build)}", pytrace=False)
+    build_s = time.monotonic() - started
+
+    up = _run_testbed("up", env, UP_TIMEOUT_S)
+    try:
+        if up.returncode != 0:
+            pytest.fail(f"scripts/k8s-testbed up failed: {_describe(up)}", pytrace=False)
+        info = json.loads((state / "cluster.json").read_text())
+        up_s = time.monotonic() - started - build_s
+        print(f"\nk8s test bed: build {build_s:.1f}s, up {up_s:.1f}s, {info['server']}")
+        yield K8sCluster(
+            kubeconfig=Path(info["kubeconfig"]),
+            state_dir=state,
+            bin_dir=Path(info["bin"]),
+            home=home,
+            info=info,
+        )
+    finally:
+        down = _run_testbed("down", env, DOWN_TIMEOUT_S)
+        if down.returncode != 0:
+            pytest.fail(f"scripts/k8s-testbed down failed (processes may be left): {_describe(down)}")
+
+
+@pytest.fixture
+def namespace(k8s_cluster: K8sCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, so tests cannot see each other's objects."""
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower()).strip("-")
+    name = f"e2e-{slug[:40].rstrip('-')}-{os.urandom(2).hex()}"
+    k8s_cluster.kubectl("create", "namespace", name)
+    # Pods are refused until the controller manager has created the namespace's default SA.
+    k8s_cluster.wait_for(
+        f"ServiceAccount {name}/default",
+        lambda: (
+            k8s_cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
+        ),
+    )
+    yield name
+    k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
