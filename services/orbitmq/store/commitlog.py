@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from orbitmq.store.mapped_file import (
     FsyncFn,
@@ -39,7 +39,6 @@ from orbitmq.store.record import (
     SysFlag,
     body_crc,
     encode_host,
-    record_overhead,
 )
 
 log = logging.getLogger(__name__)
@@ -62,18 +61,61 @@ class AppendedMessage(NamedTuple):
         return encode_offset_msg_id(self.store_host, self.physical_offset)
 
 
-class EncodedMessage(NamedTuple):
-    """A validated message with its topic and properties already turned into bytes."""
+class AppendedBatch(Sequence[AppendedMessage]):
+    """Where a batch landed, kept as parallel lists (no object per message on the hot path).
 
-    message: InboundMessage
-    topic_raw: bytes
-    properties_raw: bytes
-    record_size: int
+    Indexing or iterating yields :class:`AppendedMessage` views, built on demand.
+    """
 
-    @classmethod
-    def of(cls, message: InboundMessage, topic_raw: bytes, properties_raw: bytes) -> EncodedMessage:
-        size = record_overhead(len(topic_raw), len(properties_raw)) + len(message.body)
-        return cls(message, topic_raw, properties_raw, size)
+    __slots__ = (
+        "_physical_offsets",
+        "end_offset",
+        "first_physical_offset",
+        "queue_offsets",
+        "sizes",
+        "store_host",
+        "store_timestamp_ms",
+    )
+
+    def __init__(
+        self,
+        first_physical_offset: int,
+        sizes: list[int],
+        queue_offsets: list[int],
+        store_timestamp_ms: int,
+        store_host: str,
+        end_offset: int,
+    ) -> None:
+        self.first_physical_offset = first_physical_offset
+        self.sizes = sizes
+        self.queue_offsets = queue_offsets
+        self.store_timestamp_ms = store_timestamp_ms
+        self.store_host = store_host
+        self.end_offset = end_offset
+        self._physical_offsets: list[int] | None = None
+
+    def physical_offsets(self) -> list[int]:
+        if self._physical_offsets is None:
+            offsets, physical = [], self.first_physical_offset
+            for size in self.sizes:
+                offsets.append(physical)
+                physical += size
+            self._physical_offsets = offsets
+        return self._physical_offsets
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return AppendedMessage(
+            self.physical_offsets()[index],
+            self.sizes[index],
+            self.queue_offsets[index],
+            self.store_timestamp_ms,
+            self.store_host,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +135,8 @@ class CommitLog:
         self._store_host_raw = encode_host(store_host)
         self._fsync = fsync
         self._segments: list[MappedFile] = []
+        self._tail: MappedFile | None = None
+        """The segment being written (saves a lookup per append)."""
         self._write_offset = 0
         self._flushed_offset = 0
         self.queue_offsets: dict[tuple[str, int], int] = {}
@@ -148,6 +192,7 @@ class CommitLog:
         return RecoveryReport(scan_from, position, records, truncated, removed)
 
     def _truncate(self, end: int) -> tuple[int, int]:
+        self._tail = None
         keep = [s for s in self._segments if s.start_offset < end or s.start_offset == end == 0]
         removed = [s for s in self._segments if s not in keep]
         for segment in removed:
@@ -198,21 +243,31 @@ class CommitLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, batch: Sequence[EncodedMessage], store_timestamp_ms: int) -> list[AppendedMessage]:
-        """Append ``batch`` contiguously in one segment; the caller holds the put lock.
+    def append(
+        self,
+        messages: Sequence[InboundMessage],
+        topics_raw: Sequence[bytes],
+        properties_raw: Sequence[bytes],
+        sizes: list[int],
+        total_bytes: int,
+        store_timestamp_ms: int,
+    ) -> AppendedBatch:
+        """Append a batch (``total_bytes`` in all, ``sizes`` per record) contiguously in one segment.
 
-        The loop is the hottest code of a broker, so :func:`record.encode` is inlined here.
+        The caller validated and encoded the messages and holds the put lock. This loop is the
+        hottest code of a broker, so :func:`record.encode` is inlined here.
         """
-        segment = self._writable_segment(sum(item.record_size for item in batch))
-        physical = self._write_offset
+        segment = self._writable_segment(total_bytes)
+        first = physical = self._write_offset
         position = physical - segment.start_offset
         table = self.queue_offsets
         store_address, store_port = self._store_host_raw
-        store_host = self.store_host
         pack, crc32, u16 = HEADER.pack, body_crc, U16.pack
         parts: list[bytes] = []
-        appended: list[AppendedMessage] = []
-        for message, topic_raw, properties_raw, size in batch:
+        queue_offsets: list[int] = []
+        for message, topic_raw, props_raw, size in zip(
+            messages, topics_raw, properties_raw, sizes, strict=True
+        ):
             if message.sys_flag & TRANSACTION_MASK in _NO_QUEUE_OFFSET_TYPES:
                 queue_offset = 0
             else:
@@ -243,12 +298,12 @@ class CommitLog:
                 )
             )
             parts.append(body)
-            parts.append(u16(len(topic_raw)) + topic_raw + u16(len(properties_raw)) + properties_raw)
-            appended.append(AppendedMessage(physical, size, queue_offset, store_timestamp_ms, store_host))
+            parts.append(u16(len(topic_raw)) + topic_raw + u16(len(props_raw)) + props_raw)
+            queue_offsets.append(queue_offset)
             physical += size
         segment.write(position, b"".join(parts))
         self._write_offset = physical
-        return appended
+        return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, physical)
 
     def append_raw(self, physical_offset: int, data: bytes) -> None:
         """Place bytes copied from another broker's log at the same offsets (replication)."""
@@ -268,15 +323,19 @@ class CommitLog:
         return self.segment_bytes - BLANK_MIN_BYTES
 
     def _writable_segment(self, size: int) -> MappedFile:
-        segment = self.segment_for(self._write_offset)
-        if segment is None:
-            return self._create_segment(self._write_offset)
+        segment = self._tail
+        if segment is None or not segment.start_offset <= self._write_offset < segment.end_offset:
+            segment = self.segment_for(self._write_offset)
+            if segment is None:
+                segment = self._create_segment(self._write_offset)
+            self._tail = segment
         remaining = segment.end_offset - self._write_offset
         if size + BLANK_MIN_BYTES <= remaining:
             return segment
         segment.write(self._write_offset - segment.start_offset, PREFIX.pack(remaining, BLANK_MAGIC))
         self._write_offset = segment.end_offset
-        return self._create_segment(self._write_offset)
+        self._tail = self._create_segment(self._write_offset)
+        return self._tail
 
     def _create_segment(self, start: int) -> MappedFile:
         if start % self.segment_bytes:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from orbitmq.common.topics import KEY_SEPARATOR, SCHEDULE_TOPIC, Property
-from orbitmq.store.commitlog import AppendedMessage, CommitLog
+from orbitmq.store.commitlog import AppendedBatch, CommitLog
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.record import (
     BLANK_MAGIC,
@@ -75,7 +75,7 @@ class Dispatcher:
         self._index_sink = index_sink
         self._delay_levels_ms = delay_levels_ms
         self._listeners: list[QueueGrowthListener] = []
-        self._pending: deque[tuple[int, Sequence[InboundMessage], Sequence[AppendedMessage]]] = deque()
+        self._pending: deque[tuple[int, Sequence[InboundMessage], AppendedBatch]] = deque()
         self._topic_names: dict[bytes, str] = {}
         self._tag_codes: dict[str, int] = {}
         self.dispatched_offset = 0
@@ -90,12 +90,12 @@ class Dispatcher:
     def lag_bytes(self) -> int:
         return self._commitlog.max_offset - self.dispatched_offset
 
-    def submit(self, messages: Sequence[InboundMessage], appended: Sequence[AppendedMessage]) -> None:
+    def submit(self, messages: Sequence[InboundMessage], appended: AppendedBatch) -> None:
         """Hand over a batch just appended (called under the put lock); one deque entry per batch."""
         pending = self._pending
         if len(pending) > _MAX_PENDING_BATCHES:  # nobody is dispatching: stop buffering, decode later
             pending.clear()
-        pending.append((appended[0].physical_offset, messages, appended))
+        pending.append((appended.first_physical_offset, messages, appended))
 
     def dispatch_pending(self, max_bytes: int) -> int:
         """Dispatch up to about ``max_bytes`` of new records; returns how many bytes were consumed."""
@@ -133,21 +133,16 @@ class Dispatcher:
         return position - start
 
     def _dispatch_batch(
-        self, messages: Sequence[InboundMessage], appended: Sequence[AppendedMessage], work: _Pass
+        self, messages: Sequence[InboundMessage], appended: AppendedBatch, work: _Pass
     ) -> int:
         """Units (and index requests for keyed messages) straight from what the writer knew."""
         build_unit, grown, tags_code_of = self._consume_queue_sink, work.grown, self._tags_code
-        placed = appended[-1]
-        for message, placed in zip(messages, appended, strict=True):
+        physical, timestamp = appended.first_physical_offset, appended.store_timestamp_ms
+        for message, size, queue_offset in zip(messages, appended.sizes, appended.queue_offsets, strict=True):
             properties = message.properties
-            topic, queue_id, queue_offset = message.topic, message.queue_id, placed.queue_offset
+            topic, queue_id = message.topic, message.queue_id
             if message.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES and build_unit(
-                topic,
-                queue_id,
-                queue_offset,
-                placed.physical_offset,
-                placed.size,
-                tags_code_of(topic, properties, placed.store_timestamp_ms),
+                topic, queue_id, queue_offset, physical, size, tags_code_of(topic, properties, timestamp)
             ):
                 grown[(topic, queue_id)] = queue_offset + 1
             if Property.KEYS in properties or Property.UNIQ_KEY in properties:
@@ -156,18 +151,19 @@ class Dispatcher:
                     DispatchRequest(
                         topic,
                         queue_id,
-                        placed.physical_offset,
-                        placed.size,
+                        physical,
+                        size,
                         0,
-                        placed.store_timestamp_ms,
+                        timestamp,
                         queue_offset,
                         tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else (),
                         properties.get(Property.UNIQ_KEY),
                         message.sys_flag,
                     )
                 )
-        work.last_timestamp = max(work.last_timestamp, placed.store_timestamp_ms)
-        return placed.physical_offset + placed.size
+            physical += size
+        work.last_timestamp = max(work.last_timestamp, timestamp)
+        return physical
 
     def _dispatch_request(self, request: DispatchRequest, work: _Pass) -> None:
         if request.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES and self._consume_queue_sink(

@@ -27,7 +27,7 @@ from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import InvalidNameError, validate_topic_name
 from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from orbitmq.store.commitlog import CommitLog, EncodedMessage, RecoveryReport
+from orbitmq.store.commitlog import CommitLog, RecoveryReport
 from orbitmq.store.config import BrokerRole, StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueue, Unit
 from orbitmq.store.dispatcher import Dispatcher
@@ -99,6 +99,7 @@ class MessageStore:
         """Born-host strings known to parse."""
         self._open = False
         self._slave_advice_lag = config.slave_advice_lag_bytes
+        self._max_batch_bytes = self.commitlog.max_record_bytes()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -224,7 +225,10 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, reason="a batch must hold at least one message")
-        encoded: list[EncodedMessage] = []
+        topics_raw: list[bytes] = []
+        properties_raws: list[bytes] = []
+        sizes: list[int] = []
+        total = 0
         topic_raw_of = self._topic_raw
         max_body = self.config.max_message_bytes
         overhead = RECORD_FIXED_BYTES
@@ -257,22 +261,26 @@ class MessageStore:
             else:
                 properties_raw = b""
             size = overhead + len(topic_raw) + len(properties_raw) + len(body)
-            encoded.append(EncodedMessage(message, topic_raw, properties_raw, size))
-        total = sum(item.record_size for item in encoded)
-        if total > self.commitlog.max_record_bytes():
+            total += size
+            topics_raw.append(topic_raw)
+            properties_raws.append(properties_raw)
+            sizes.append(size)
+        if total > self._max_batch_bytes:
             return PutResult(
                 PutStatus.MESSAGE_ILLEGAL,
-                reason=f"{len(encoded)} message(s) of {total} bytes do not fit in one commit-log segment "
-                f"({self.commitlog.max_record_bytes()} bytes usable)",
+                reason=f"{len(sizes)} message(s) of {total} bytes do not fit in one commit-log segment "
+                f"({self._max_batch_bytes} bytes usable)",
             )
         try:
             with self._put_lock:
-                appended = self.commitlog.append(encoded, self.clock.now_ms())
+                appended = self.commitlog.append(
+                    messages, topics_raw, properties_raws, sizes, total, self.clock.now_ms()
+                )
                 self.dispatcher.submit(messages, appended)
         except OSError as error:
             log.error("commit log append failed: %s", error)
             return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
-        return PutResult(PutStatus.PUT_OK, tuple(appended))
+        return PutResult(PutStatus.PUT_OK, appended)
 
     def _topic_bytes(self, topic: str) -> bytes:
         raw = self._topic_raw.get(topic)

@@ -171,10 +171,7 @@ def separators_intact(raw: bytes, count: int) -> bool:
     if not raw:
         return True
     return (
-        raw.count(b"\x01") == count
-        and raw.count(b"\x02") == count
-        and raw[0] != 1
-        and b"\x02\x01" not in raw
+        raw.count(b"\x01") == count and raw.count(b"\x02") == count and raw[0] != 1 and b"\x02\x01" not in raw
     )
 
 

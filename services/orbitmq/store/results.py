@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from orbitmq.store.commitlog import AppendedMessage
+from orbitmq.store.commitlog import AppendedBatch, AppendedMessage
 
 
 class PutStatus(Enum):
@@ -35,7 +36,8 @@ class PutStatus(Enum):
 @dataclass(slots=True)
 class PutResult:
     status: PutStatus
-    messages: tuple[AppendedMessage, ...] = ()
+    messages: Sequence[AppendedMessage] = ()
+    """Where each message landed (an :class:`AppendedBatch` after a successful put)."""
     reason: str | None = None
     """Why a message was refused, naming the value and the rule."""
 
@@ -49,6 +51,9 @@ class PutResult:
 
     @property
     def end_offset(self) -> int:
+        """Commit-log offset just past the last record written."""
+        if isinstance(self.messages, AppendedBatch):
+            return self.messages.end_offset
         last = self.messages[-1]
         return last.physical_offset + last.size
 

@@ -37,7 +37,9 @@ class StoreService:
         self._tasks = TaskSet(f"store:{config.data_dir.name}")
         self._dispatch_wakeup = asyncio.Event()
         self._flush_wakeup = asyncio.Event()
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._flush_waiters: list[tuple[int, float, asyncio.Future[bool]]] = []
+        """(end offset, deadline on the loop clock, future answered True when flushed)."""
+        self._sync_flush_timeout_s = config.sync_flush_timeout_ms / 1000
         self._closed = False
         self.open_report: OpenReport | None = None
 
@@ -46,6 +48,7 @@ class StoreService:
         self._tasks.spawn("dispatch", self._dispatch_loop())
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             self._tasks.spawn("group-commit", self._group_commit_loop())
+            self._tasks.spawn("flush-timeouts", self._flush_timeout_loop())
         else:
             self._tasks.spawn("flush", self._periodic_flush_loop())
         self._tasks.spawn("flush-consume-queues", self._consume_queue_flush_loop())
@@ -58,11 +61,11 @@ class StoreService:
             return
         self._closed = True
         await self._tasks.close()
-        for _, waiter in self._flush_waiters:
+        await asyncio.to_thread(self.store.close)  # flushes everything still waiting
+        for _, _, waiter in self._flush_waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
         self._flush_waiters.clear()
-        await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> StoreService:
         await self.start()
@@ -92,18 +95,16 @@ class StoreService:
         end = result.end_offset
         if self.store.commitlog.flushed_offset >= end:
             return result
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._flush_waiters.append((end, waiter))
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._flush_waiters.append((end, loop.time() + self._sync_flush_timeout_s, waiter))
         self._flush_wakeup.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.config.sync_flush_timeout_ms / 1000)
-        except TimeoutError:
-            log.warning("flush of offset %d did not finish in %d ms", end, self.config.sync_flush_timeout_ms)
-            return result.with_status(
-                PutStatus.FLUSH_DISK_TIMEOUT,
-                f"fsync did not finish in {self.config.sync_flush_timeout_ms} ms",
-            )
-        return result
+        if await waiter:
+            return result
+        log.warning("flush of offset %d did not finish in %d ms", end, self.config.sync_flush_timeout_ms)
+        return result.with_status(
+            PutStatus.FLUSH_DISK_TIMEOUT, f"fsync did not finish in {self.config.sync_flush_timeout_ms} ms"
+        )
 
     def wake_dispatcher(self) -> None:
         """Tell the dispatcher new bytes are in the log (replication appends raw data)."""
@@ -131,15 +132,26 @@ class StoreService:
                 continue
             flushed = await asyncio.to_thread(self.store.flush_commitlog)
             pending = []
-            for end, waiter in self._flush_waiters:
-                if end <= flushed:
-                    if not waiter.done():
-                        waiter.set_result(None)
+            for entry in self._flush_waiters:
+                if entry[0] <= flushed:
+                    if not entry[2].done():
+                        entry[2].set_result(True)
                 else:
-                    pending.append((end, waiter))
+                    pending.append(entry)
             self._flush_waiters = pending
             if pending:
                 self._flush_wakeup.set()
+
+    async def _flush_timeout_loop(self) -> None:
+        """Answer writers whose fsync is late; one timer for all instead of one per put."""
+        period = self._sync_flush_timeout_s / 4
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for _, deadline, waiter in self._flush_waiters:
+                if deadline <= now and not waiter.done():
+                    waiter.set_result(False)
 
     async def _periodic_flush_loop(self) -> None:
         while True:
