@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from orbitmq.common.topics import KEY_SEPARATOR, SCHEDULE_TOPIC, Property
 from orbitmq.store.commitlog import AppendedBatch, CommitLog
+from orbitmq.store.consume_queue import ConsumeQueue
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.record import (
     BLANK_MAGIC,
@@ -36,8 +37,8 @@ log = logging.getLogger(__name__)
 
 QueueGrowthListener = Callable[[str, int, int], None]
 """Called with (topic, queue id, new max offset) after a dispatch pass."""
-ConsumeQueueSink = Callable[[str, int, int, int, int, int], bool]
-"""(topic, queue id, queue offset, physical offset, size, tags code) → whether a unit was added."""
+QueueResolver = Callable[[str, int], ConsumeQueue]
+"""(topic, queue id) → the consume queue, created when new."""
 IndexSink = Callable[[list[DispatchRequest], int, int], object]
 """(requests of messages with keys, end of the log seen, last store time seen)."""
 Buffer = mmap.mmap
@@ -54,9 +55,11 @@ class DispatchError(RuntimeError):
 class _Pass:
     """What one dispatch pass collects: grown queues, index work, how far it got."""
 
-    __slots__ = ("grown", "indexed", "last_timestamp")
+    __slots__ = ("grown", "indexed", "last_timestamp", "queues")
 
     def __init__(self) -> None:
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        """Queues resolved during this pass (one lookup per queue, not per message)."""
         self.grown: dict[tuple[str, int], int] = {}
         self.indexed: list[DispatchRequest] = []
         self.last_timestamp = 0
@@ -66,12 +69,12 @@ class Dispatcher:
     def __init__(
         self,
         commitlog: CommitLog,
-        consume_queue_sink: ConsumeQueueSink,
+        queue_of: QueueResolver,
         index_sink: IndexSink,
         delay_levels_ms: tuple[int, ...],
     ) -> None:
         self._commitlog = commitlog
-        self._consume_queue_sink = consume_queue_sink
+        self._queue_of = queue_of
         self._index_sink = index_sink
         self._delay_levels_ms = delay_levels_ms
         self._listeners: list[QueueGrowthListener] = []
@@ -136,21 +139,27 @@ class Dispatcher:
         self, messages: Sequence[InboundMessage], appended: AppendedBatch, work: _Pass
     ) -> int:
         """Units (and index requests for keyed messages) straight from what the writer knew."""
-        build_unit, grown, tags_code_of = self._consume_queue_sink, work.grown, self._tags_code
+        queues, grown, tag_codes = work.queues, work.grown, self._tag_codes
         physical, timestamp = appended.first_physical_offset, appended.store_timestamp_ms
         for message, size, queue_offset in zip(messages, appended.sizes, appended.queue_offsets, strict=True):
             properties = message.properties
-            topic, queue_id = message.topic, message.queue_id
-            if message.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES and build_unit(
-                topic, queue_id, queue_offset, physical, size, tags_code_of(topic, properties, timestamp)
-            ):
-                grown[(topic, queue_id)] = queue_offset + 1
+            key = (message.topic, message.queue_id)
+            if message.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES:
+                queue = queues.get(key)
+                if queue is None:
+                    queue = queues[key] = self._queue_of(*key)
+                tag = properties.get(Property.TAGS)
+                code = tag_codes.get(tag) if tag is not None and key[0] != SCHEDULE_TOPIC else None
+                if code is None:
+                    code = self._tags_code(key[0], properties, timestamp)
+                if queue.put(queue_offset, physical, size, code):
+                    grown[key] = queue_offset + 1
             if Property.KEYS in properties or Property.UNIQ_KEY in properties:
                 keys_raw = properties.get(Property.KEYS)
                 work.indexed.append(
                     DispatchRequest(
-                        topic,
-                        queue_id,
+                        key[0],
+                        key[1],
                         physical,
                         size,
                         0,
@@ -166,15 +175,13 @@ class Dispatcher:
         return physical
 
     def _dispatch_request(self, request: DispatchRequest, work: _Pass) -> None:
-        if request.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES and self._consume_queue_sink(
-            request.topic,
-            request.queue_id,
-            request.queue_offset,
-            request.physical_offset,
-            request.size,
-            request.tags_code,
-        ):
-            work.grown[(request.topic, request.queue_id)] = request.queue_offset + 1
+        key = (request.topic, request.queue_id)
+        if request.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES:
+            queue = work.queues.get(key)
+            if queue is None:
+                queue = work.queues[key] = self._queue_of(*key)
+            if queue.put(request.queue_offset, request.physical_offset, request.size, request.tags_code):
+                work.grown[key] = request.queue_offset + 1
         if request.keys or request.unique_key:
             work.indexed.append(request)
         work.last_timestamp = max(work.last_timestamp, request.store_timestamp_ms)

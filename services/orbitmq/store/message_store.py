@@ -90,7 +90,7 @@ class MessageStore:
         self.index = IndexService(root / "index", config.index_slot_count, config.index_max_entries)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dispatcher = Dispatcher(
-            self.commitlog, self._build_consume_queue, self.index.build_batch, config.delay_levels_ms
+            self.commitlog, self._queue_of, self.index.build_batch, config.delay_levels_ms
         )
         self._put_lock = threading.Lock()
         self._topic_raw: dict[str, bytes] = {}
@@ -318,11 +318,8 @@ class MessageStore:
 
     # -- dispatch and flush (called by the service) --------------------------------------------
 
-    def _build_consume_queue(
-        self, topic: str, queue_id: int, queue_offset: int, physical_offset: int, size: int, tags_code: int
-    ) -> bool:
-        queue = self._queues.get((topic, queue_id)) or self._new_queue(topic, queue_id)
-        return queue.put(queue_offset, physical_offset, size, tags_code)
+    def _queue_of(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return self._queues.get((topic, queue_id)) or self._new_queue(topic, queue_id)
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(
