@@ -63,6 +63,7 @@ from pydantic.alias_generators import to_camel
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.store.mapped_file import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +390,7 @@ class JsonConfigStore(Generic[T]):
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
             raise
-        _fsync_directory(self._path.parent)
+        fsync_directory(self._path.parent)
 
     def _keep_backup(self) -> None:
         """Make ``.bak`` the current file's content; the main file stays in place throughout."""
@@ -452,15 +453,6 @@ def _write_durably(path: Path, data: bytes) -> None:
         file.write(data)
         file.flush()
         os.fsync(file.fileno())
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the renames in ``directory`` durable (POSIX)."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------------------- tables

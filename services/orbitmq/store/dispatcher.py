@@ -16,7 +16,7 @@ import mmap
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from orbitmq.common.topics import KEY_SEPARATOR, SCHEDULE_TOPIC, Property
+from orbitmq.common.topics import SCHEDULE_TOPIC, Property, split_keys
 from orbitmq.store.commitlog import AppendedBatch, CommitLog
 from orbitmq.store.consume_queue import ConsumeQueue
 from orbitmq.store.dispatch import DispatchRequest
@@ -165,7 +165,7 @@ class Dispatcher:
                         0,
                         timestamp,
                         queue_offset,
-                        tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else (),
+                        split_keys(keys_raw),
                         properties.get(Property.UNIQ_KEY),
                         message.sys_flag,
                     )
@@ -215,7 +215,7 @@ class Dispatcher:
             self._tags_code(topic, properties, fields[11]),
             fields[11],  # store timestamp
             fields[5],  # queue offset
-            tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else (),
+            split_keys(keys_raw),
             properties.get(Property.UNIQ_KEY),
             fields[7],  # sys flag
         )

@@ -60,6 +60,7 @@ from pathlib import Path
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.store.dispatch import DispatchRequest
+from orbitmq.store.mapped_file import fsync_directory
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -492,14 +493,6 @@ def _timestamp_name(now_ms: int) -> str:
     return moment.strftime("%Y%m%d%H%M%S") + f"{now_ms % 1000:03d}"
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class IndexService:
     """All index files of a broker (oldest first): builds entries from dispatch, answers key queries.
 
@@ -683,7 +676,7 @@ class IndexService:
             begin_phy_offset=begin_phy_offset,
             begin_timestamp_ms=begin_timestamp_ms,
         )
-        _fsync_directory(self._directory)
+        fsync_directory(self._directory)
         self._files.append(index_file)
         return index_file
 

@@ -174,7 +174,8 @@ def check_contiguous(files: list[tuple[int, Path]], size: int) -> None:
 
 
 def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    """Make creations, renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:

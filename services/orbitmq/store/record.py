@@ -51,7 +51,7 @@ from functools import lru_cache
 
 from crc32c import crc32c
 
-from orbitmq.common.topics import KEY_SEPARATOR, Property
+from orbitmq.common.topics import Property, split_keys
 
 body_crc = crc32c
 """The record checksum: CRC-32C, hardware-accelerated on x86 and ARM (2.5x zlib's CRC-32 here)."""
@@ -186,8 +186,23 @@ def tags_code(tag: str | None) -> int:
     return zlib.crc32(tag.encode())
 
 
+class _PropertyViews:
+    """Tag and keys read from the properties, shared by both message types."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Property.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return split_keys(self.properties.get(Property.KEYS))
+
+
 @dataclass(slots=True)
-class InboundMessage:
+class InboundMessage(_PropertyViews):
     """A message as handed to the store for appending (RocketMQ's MessageExtBrokerInner)."""
 
     topic: str
@@ -201,18 +216,9 @@ class InboundMessage:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
 
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(Property.TAGS)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        raw = self.properties.get(Property.KEYS)
-        return tuple(k for k in raw.split(KEY_SEPARATOR) if k) if raw else ()
-
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
+class StoredMessage(_PropertyViews):
     """A decoded record: what queries and clients see (RocketMQ's MessageExt)."""
 
     topic: str
@@ -231,15 +237,6 @@ class StoredMessage:
     prepared_transaction_offset: int
     body_crc: int
     size: int
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(Property.TAGS)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        raw = self.properties.get(Property.KEYS)
-        return tuple(k for k in raw.split(KEY_SEPARATOR) if k) if raw else ()
 
     @property
     def msg_id(self) -> str:
