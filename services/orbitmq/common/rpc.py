@@ -1,0 +1,153 @@
+"""Errors on the wire: one place maps orbitmq failures to gRPC statuses and back.
+
+A servicer raises :class:`RpcFailure` (or any :class:`~orbitmq.common.errors.OrbitError` that
+carries a reason); :class:`ErrorInterceptor` turns it into a gRPC status whose details hold a
+``google.rpc.ErrorInfo`` with the machine-readable reason, so clients decide by reason, not by
+parsing text. :func:`failure_of` reads it back on the client side.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from orbitmq.common.errors import OrbitError
+from orbitmq.common.names import InvalidNameError
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+log = logging.getLogger(__name__)
+
+ERROR_DOMAIN = "orbitmq.io"
+
+# Which gRPC code goes with each reason; retriable reasons map to UNAVAILABLE.
+_CODES: dict[int, grpc.StatusCode] = {
+    ErrorReason.TOPIC_NOT_EXIST: grpc.StatusCode.NOT_FOUND,
+    ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST: grpc.StatusCode.NOT_FOUND,
+    ErrorReason.NO_PERMISSION: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorReason.MESSAGE_ILLEGAL: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.INVALID_NAME: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.INVALID_OFFSET: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.INVALID_EXPRESSION: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.SLAVE_READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorReason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+class RpcFailure(OrbitError):
+    """A request that fails for a stated reason; the message names the value and the rule."""
+
+    def __init__(self, reason: int, message: str, **metadata: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.metadata = metadata
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return _CODES.get(self.reason, grpc.StatusCode.INVALID_ARGUMENT)
+
+    @property
+    def reason_name(self) -> str:
+        return ErrorReason.Name(self.reason)  # type: ignore[arg-type]
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        return self.code is grpc.StatusCode.UNAVAILABLE
+
+
+def invalid(message: str, reason: int = ErrorReason.INVALID_ARGUMENT) -> RpcFailure:
+    return RpcFailure(reason, message)
+
+
+def _status_of(failure: RpcFailure) -> grpc.Status:
+    info = error_details_pb2.ErrorInfo(
+        reason=failure.reason_name, domain=ERROR_DOMAIN, metadata=failure.metadata
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(
+        code=getattr(code_pb2, failure.code.name), message=failure.message, details=[detail]
+    )
+    return rpc_status.to_status(status)
+
+
+def _as_failure(error: Exception) -> RpcFailure | None:
+    if isinstance(error, RpcFailure):
+        return error
+    if isinstance(error, InvalidNameError):
+        return RpcFailure(ErrorReason.INVALID_NAME, str(error))
+    return None
+
+
+async def _abort(context: grpc.aio.ServicerContext, failure: RpcFailure) -> None:
+    await context.abort_with_status(_status_of(failure))
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Turns :class:`RpcFailure` into statuses with ErrorInfo; logs anything unexpected."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    return await inner(request, context)
+                except Exception as error:
+                    failure = _as_failure(error)
+                    if failure is None:
+                        raise
+                    await _abort(context, failure)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_stream is not None:
+            stream_inner = handler.stream_stream
+
+            async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                try:
+                    async for response in stream_inner(requests, context):
+                        yield response
+                except Exception as error:
+                    failure = _as_failure(error)
+                    if failure is None:
+                        log.exception("stream %s failed", method)
+                        raise
+                    await _abort(context, failure)
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream, handler.request_deserializer, handler.response_serializer
+            )
+        return handler
+
+
+def failure_of(error: grpc.aio.AioRpcError | grpc.RpcError) -> RpcFailure | None:
+    """The reason a call failed, read from its status details; None when it carries none."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        return None
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == ERROR_DOMAIN:
+            try:
+                reason = ErrorReason.Value(info.reason)
+            except ValueError:  # a reason added by a newer server
+                reason = ErrorReason.ERROR_REASON_UNSPECIFIED
+            return RpcFailure(reason, status.message, **dict(info.metadata))
+    return None
