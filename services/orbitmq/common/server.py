@@ -80,10 +80,16 @@ class GrpcServer:
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         return f"http://{host}:{self.metrics_port}/metrics"
 
+    def bind(self) -> int:
+        """Reserve the listening port (before start, so the address can be advertised)."""
+        if not self.port:
+            self.port = self.server.add_insecure_port(self._listen)
+            if self.port == 0:
+                raise OSError(f"{self.name}: could not listen on {self._listen}")
+        return self.port
+
     async def start(self) -> None:
-        self.port = self.server.add_insecure_port(self._listen)
-        if self.port == 0:
-            raise OSError(f"{self.name}: could not listen on {self._listen}")
+        self.bind()
         reflection.enable_server_reflection(
             [
                 *self._services,

@@ -35,6 +35,7 @@ def split_keys(raw: str | None) -> tuple[str, ...]:
     """The business keys of a ``KEYS`` property value (empty pieces dropped)."""
     return tuple(k for k in raw.split(KEY_SEPARATOR) if k) if raw else ()
 
+
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 """RocketMQ's default ``messageDelayLevel``; level N (1-based) waits the Nth duration."""
 

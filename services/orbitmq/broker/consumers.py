@@ -1,0 +1,162 @@
+"""Who is connected: clients, their groups, their session streams (RocketMQ's ConsumerManager).
+
+Consumers heartbeat their groups and subscriptions; a group's member list feeds the clients'
+rebalance. When membership changes, every member with an open session is told at once so it
+rebalances without waiting for its 20 s timer. A client whose session closes leaves at once; a
+client silent for ``expiry_ms`` is swept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from orbitmq.common.clock import Clock
+from orbitmq.v1 import broker_pb2
+
+log = logging.getLogger(__name__)
+
+SESSION_QUEUE_LIMIT = 1024
+"""Events queued for a slow session before the oldest are dropped (they are hints, not data)."""
+
+
+@dataclass(slots=True)
+class ClientInfo:
+    client_id: str
+    address: str
+    last_heartbeat_ms: int
+    consumers: dict[str, broker_pb2.ConsumerData] = field(default_factory=dict)
+    producers: set[str] = field(default_factory=set)
+
+
+class Session:
+    """One client's server-push stream; events wait in a bounded queue."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self.events: asyncio.Queue[broker_pb2.ServerEvent] = asyncio.Queue(SESSION_QUEUE_LIMIT)
+
+    def push(self, event: broker_pb2.ServerEvent) -> None:
+        if self.events.full():
+            self.events.get_nowait()
+        self.events.put_nowait(event)
+
+
+class ClientRegistry:
+    def __init__(self, clock: Clock, expiry_ms: int) -> None:
+        self._clock = clock
+        self._expiry_ms = expiry_ms
+        self._clients: dict[str, ClientInfo] = {}
+        self._sessions: dict[str, Session] = {}
+
+    # -- membership ----------------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        client_id: str,
+        address: str,
+        producers: Iterable[str],
+        consumers: Iterable[broker_pb2.ConsumerData],
+    ) -> set[str]:
+        """Record a heartbeat; returns the consumer groups whose membership changed."""
+        info = self._clients.get(client_id)
+        if info is None:
+            info = self._clients[client_id] = ClientInfo(client_id, address, 0)
+        info.last_heartbeat_ms = self._clock.now_ms()
+        info.address = address
+        info.producers = set(producers)
+        before = set(info.consumers)
+        info.consumers = {data.group: data for data in consumers}
+        return before ^ set(info.consumers)
+
+    def unregister(self, client_id: str, producer_group: str, consumer_group: str) -> set[str]:
+        info = self._clients.get(client_id)
+        if info is None:
+            return set()
+        info.producers.discard(producer_group)
+        changed = {consumer_group} if info.consumers.pop(consumer_group, None) is not None else set()
+        if not info.producers and not info.consumers:
+            del self._clients[client_id]
+        return changed
+
+    def remove_client(self, client_id: str) -> set[str]:
+        info = self._clients.pop(client_id, None)
+        return set(info.consumers) if info else set()
+
+    def sweep(self) -> tuple[list[str], set[str]]:
+        """Drop clients silent for too long; returns (their ids, groups that changed)."""
+        now = self._clock.now_ms()
+        expired = [c for c, i in self._clients.items() if now - i.last_heartbeat_ms >= self._expiry_ms]
+        changed: set[str] = set()
+        for client_id in expired:
+            changed |= self.remove_client(client_id)
+            log.info("client %s expired after %d ms without heartbeat", client_id, self._expiry_ms)
+        return expired, changed
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return sorted(c for c, info in self._clients.items() if group in info.consumers)
+
+    def consumer_data(self, group: str) -> broker_pb2.ConsumerData | None:
+        """The newest heartbeat's view of the group (subscriptions, model, ...)."""
+        latest = None
+        for info in self._clients.values():
+            data = info.consumers.get(group)
+            if data is not None and (latest is None or info.last_heartbeat_ms >= latest[0]):
+                latest = (info.last_heartbeat_ms, data)
+        return latest[1] if latest else None
+
+    def connections(self, group: str) -> list[ClientInfo]:
+        return [info for _, info in sorted(self._clients.items()) if group in info.consumers]
+
+    def consumer_groups(self) -> set[str]:
+        return {group for info in self._clients.values() for group in info.consumers}
+
+    def producer_clients(self, group: str) -> list[str]:
+        return sorted(c for c, info in self._clients.items() if group in info.producers)
+
+    def client(self, client_id: str) -> ClientInfo | None:
+        return self._clients.get(client_id)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def open_session(self, client_id: str) -> Session:
+        old = self._sessions.get(client_id)
+        if old is not None:
+            log.info("client %s opened a new session; the old one is replaced", client_id)
+        session = self._sessions[client_id] = Session(client_id)
+        return session
+
+    def close_session(self, session: Session) -> bool:
+        """Forget the session if it is still the client's current one."""
+        if self._sessions.get(session.client_id) is session:
+            del self._sessions[session.client_id]
+            return True
+        return False
+
+    def session(self, client_id: str) -> Session | None:
+        return self._sessions.get(client_id)
+
+    def notify_changed(self, groups: Iterable[str]) -> int:
+        """Tell every member of each group with an open session; returns events queued."""
+        sent = 0
+        for group in groups:
+            event = broker_pb2.ServerEvent(
+                consumer_ids_changed=broker_pb2.ConsumerIdsChanged(consumer_group=group)
+            )
+            for client_id in self.consumer_ids(group):
+                session = self._sessions.get(client_id)
+                if session is not None:
+                    session.push(event)
+                    sent += 1
+        return sent
+
+    def push_to_group(self, group: str, event: broker_pb2.ServerEvent) -> int:
+        sent = 0
+        for client_id in self.consumer_ids(group):
+            session = self._sessions.get(client_id)
+            if session is not None:
+                session.push(event)
+                sent += 1
+        return sent

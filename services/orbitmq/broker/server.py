@@ -1,0 +1,335 @@
+"""A broker process: storage, services, background loops and name-server registration.
+
+:class:`Broker` opens the store and config tables, serves :class:`BrokerServicer` on a
+:class:`~orbitmq.common.server.GrpcServer`, and runs its loops as guarded tasks: delay
+delivery, transaction checks, sweeping expired clients and locks, persisting config tables,
+and registering with every name server. ``close`` reverses it: stop taking requests (health
+NOT_SERVING, held pulls answered), unregister, stop the server within the grace period,
+persist, close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+import sys
+
+import grpc
+
+from orbitmq.broker.consumers import ClientRegistry
+from orbitmq.broker.locks import LockTable
+from orbitmq.broker.long_polling import PullHolds
+from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector
+from orbitmq.broker.reput import detour
+from orbitmq.broker.schedule import ScheduleService
+from orbitmq.broker.servicer import BrokerServicer
+from orbitmq.broker.settings import BrokerSettings
+from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to_proto
+from orbitmq.broker.transactions import TransactionService
+from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, split_host_port
+from orbitmq.common.tasks import TaskSet
+from orbitmq.common.topics import SCHEDULE_TOPIC, Property
+from orbitmq.store.config_store import BrokerConfigTables, Permission
+from orbitmq.store.message_filter import TagFilter
+from orbitmq.store.record import InboundMessage
+from orbitmq.store.results import PutResult
+from orbitmq.store.service import StoreService
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+log = logging.getLogger(__name__)
+
+DLQ_PERM = Permission.READ
+"""Dead letters can be read by consumers and tools but not produced to (the broker writes them)."""
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.closing = False
+        self._closed = False
+        self.grpc = GrpcServer(
+            f"broker {settings.broker_name}", settings.listen, metrics_listen=settings.metrics_listen
+        )
+        self.metrics = BrokerMetrics(self.grpc.registry, settings.broker_name)
+        self._tasks = TaskSet(f"broker:{settings.broker_name}")
+        self._register_now = asyncio.Event()
+        self._namesrv_channels: dict[str, grpc.aio.Channel] = {}
+        self.clients = ClientRegistry(clock, settings.channel_expiry_ms)
+        self.locks = LockTable(clock, settings.lock_expiry_ms)
+        self.holds = PullHolds()
+        self.address = ""
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        settings = self.settings
+        self.grpc.add_service(
+            "orbitmq.v1.Broker",
+            lambda s: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), s),
+        )
+        port = self.grpc.bind()
+        host, _ = split_host_port(settings.listen)
+        self.address = settings.advertise_addr or f"{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        self.service = StoreService(settings.store_config(self.address), clock=self.clock)
+        await self.service.start()
+        self.store = self.service.store
+        self.delay_levels = len(self.service.config.delay_levels_ms)
+        self.tables = await asyncio.to_thread(
+            BrokerConfigTables.open, self.store.root, max_delay_level=self.delay_levels, clock=self.clock
+        )
+        self.offsets = self.tables.consumer_offsets
+        self.topics = TopicManager(
+            self.tables,
+            auto_create_topic=settings.auto_create_topic_enable,
+            default_queue_nums=settings.default_topic_queue_nums,
+            auto_create_group=settings.auto_create_subscription_group,
+            schedule_levels=self.delay_levels,
+        )
+        self.schedule = ScheduleService(
+            self.store,
+            self.tables.delay_offsets,
+            self.delay_levels,
+            self.clock,
+            self._put_one,
+            settings.schedule_tick_ms,
+        )
+        self.transactions = TransactionService(
+            self.store,
+            self.offsets,
+            self.clients,
+            self.clock,
+            self._put_one,
+            timeout_ms=settings.transaction_timeout_ms,
+            check_max=settings.transaction_check_max,
+            check_interval_ms=settings.transaction_check_interval_ms,
+        )
+        self.transactions.load()
+        self.service.add_queue_listener(self.holds.on_queue_grow)
+        self.grpc.registry.register(BrokerStateCollector(self))
+        await self.grpc.start()
+        if not settings.is_slave:
+            self._tasks.spawn("schedule", self.schedule.run())
+            self._tasks.spawn("transaction-check", self.transactions.run())
+        self._tasks.spawn("sweep", self._sweep_loop())
+        self._tasks.spawn("persist-config", self._persist_loop())
+        if settings.namesrv_addrs:
+            self._tasks.spawn("register", self._register_loop())
+        log.info(
+            "broker %s (%s) serving on %s", settings.broker_name, settings.broker_role.value, self.address
+        )
+
+    async def close(self) -> None:
+        """Graceful stop; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.closing = True
+        await self.grpc.set_serving(False)
+        self.holds.wake_all()
+        await self._unregister()
+        await self.grpc.stop(self.settings.grace_ms / 1000)
+        await self._tasks.close()
+        for channel in self._namesrv_channels.values():
+            await channel.close()
+        await asyncio.to_thread(self.tables.persist_all)
+        await self.service.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def put(self, messages: list[InboundMessage]) -> PutResult:
+        return await self.service.put_messages(messages)
+
+    async def _put_one(self, message: InboundMessage) -> PutResult:
+        return await self.service.put_message(message)
+
+    async def send_back(self, request: broker_pb2.SendBackRequest) -> None:
+        """A consumer failed a message: retry it later, or move it to the dead letters."""
+        group = self.topics.group(request.consumer_group)
+        message = self.store.message_at(request.commit_log_offset)
+        if message is None:
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET, f"commit log offset {request.commit_log_offset} holds no message"
+            )
+        max_times = request.max_reconsume_times or group.retry_max_times
+        reconsume = message.reconsume_times + 1
+        properties = dict(message.properties)
+        properties.setdefault(Property.RETRY_TOPIC, message.topic)
+        properties.setdefault(Property.ORIGIN_MESSAGE_ID, request.origin_msg_id or message.msg_id)
+        properties.pop(Property.DELAY, None)
+        properties.pop(Property.REAL_TOPIC, None)
+        properties.pop(Property.REAL_QUEUE_ID, None)
+        if request.delay_level < 0 or reconsume > max_times:
+            topic = dlq_topic(group.group_name)
+            self.topics.ensure(topic, 1, DLQ_PERM)
+            target = InboundMessage(topic=topic, body=message.body, queue_id=0, properties=properties)
+        else:
+            topic = retry_topic(group.group_name)
+            self.topics.ensure(topic, max(1, group.retry_queue_nums))
+            level = request.delay_level or 3 + message.reconsume_times
+            properties[Property.DELAY] = str(min(level, self.delay_levels))
+            retry = InboundMessage(topic=topic, body=message.body, queue_id=0, properties=properties)
+            target = detour(retry, SCHEDULE_TOPIC, min(level, self.delay_levels) - 1)
+        target.reconsume_times = reconsume
+        target.born_timestamp_ms = message.born_timestamp_ms
+        target.born_host = message.born_host
+        target.flag = message.flag
+        result = await self.service.put_message(target)
+        if not result.status.stored:
+            raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, f"send back failed: {result.reason}")
+
+    # -- consumers -----------------------------------------------------------------------------
+
+    def membership_changed(self, groups: set[str]) -> None:
+        for group in groups:
+            self.metrics.membership_pushes.labels(group, self.settings.broker_name).inc()
+        self.clients.notify_changed(groups)
+
+    def client_gone(self, client_id: str) -> None:
+        """A session closed: the client leaves its groups now rather than after expiry."""
+        self.membership_changed(self.clients.remove_client(client_id))
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one broker per process lifetime
+    def tag_filter(self, expression: str) -> TagFilter:
+        return TagFilter(expression)
+
+    def queue_progress(self, group: str, topic: str, queue_id: int) -> broker_pb2.QueueProgress:
+        broker_offset = self.store.max_offset_in_queue(topic, queue_id)
+        consumer_offset = self.offsets.query(group, topic, queue_id)
+        lag = broker_offset - consumer_offset if consumer_offset >= 0 else broker_offset
+        return broker_pb2.QueueProgress(
+            topic=topic,
+            broker_name=self.settings.broker_name,
+            queue_id=queue_id,
+            broker_offset=broker_offset,
+            consumer_offset=consumer_offset,
+            lag=max(0, lag),
+            last_timestamp_ms=self.last_store_time(topic, queue_id, max(consumer_offset, 0) - 1),
+        )
+
+    def last_store_time(self, topic: str, queue_id: int, offset: int | None = None) -> int:
+        queue = self.store.consume_queue(topic, queue_id)
+        if queue is None:
+            return 0
+        at = queue.max_offset - 1 if offset is None else offset
+        unit = queue.unit_at(at) if at >= queue.min_offset else None
+        return (self.store.commitlog.store_timestamp_at(unit[0]) or 0) if unit else 0
+
+    def runtime_info(self) -> dict[str, str]:
+        store, settings = self.store, self.settings
+        return {
+            "brokerName": settings.broker_name,
+            "brokerId": str(settings.broker_id),
+            "cluster": settings.cluster,
+            "brokerRole": settings.broker_role.value,
+            "flushMode": settings.flush_mode.value,
+            "address": self.address,
+            "commitLogMinOffset": str(store.commitlog.min_offset),
+            "commitLogMaxOffset": str(store.commitlog.max_offset),
+            "commitLogFlushedOffset": str(store.commitlog.flushed_offset),
+            "dispatchLagBytes": str(store.dispatcher.lag_bytes),
+            "topics": str(len(self.topics.user_topics())),
+            "consumerGroupsOnline": str(len(self.clients.consumer_groups())),
+            "longPollsHeld": str(self.holds.held),
+            "delayedMessagesWaiting": str(sum(self.schedule.pending().values())),
+            "scheduleDelivered": str(self.schedule.delivered),
+            "transactionsCommitted": str(self.transactions.committed),
+            "transactionsRolledBack": str(self.transactions.rolled_back),
+            "transactionChecksSent": str(self.transactions.checks_sent),
+        }
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.scan_interval_ms / 1000)
+            _, changed = self.clients.sweep()
+            self.membership_changed(changed)
+            self.locks.sweep()
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.config_persist_interval_ms / 1000)
+            await asyncio.to_thread(self.tables.persist_all)
+
+    async def registration_changed(self) -> None:
+        """Topics changed: tell the name servers now instead of at the next heartbeat."""
+        self._register_now.set()
+
+    async def _register_loop(self) -> None:
+        interval = self.settings.register_interval_ms / 1000
+        while True:
+            await self._register_all()
+            self._register_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._register_now.wait(), interval)
+
+    def _namesrv(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
+        channel = self._namesrv_channels.get(address)
+        if channel is None:
+            channel = self._namesrv_channels[address] = grpc.aio.insecure_channel(
+                address, options=GRPC_OPTIONS
+            )
+        return nameserver_pb2_grpc.NameServerStub(channel)
+
+    async def _register_all(self) -> None:
+        settings = self.settings
+        request = nameserver_pb2.RegisterBrokerRequest(
+            cluster=settings.cluster,
+            broker_name=settings.broker_name,
+            broker_addr=self.address,
+            broker_id=settings.broker_id,
+            topic_configs={t.topic_name: topic_to_proto(t) for t in self.tables.topics.list()},
+            data_version=common_pb2.DataVersion(
+                timestamp_ms=self.tables.topics.data_version.timestamp,
+                counter=self.tables.topics.data_version.counter,
+            ),
+            heartbeat_timeout_ms=settings.heartbeat_timeout_ms,
+        )
+
+        async def register(address: str) -> None:
+            try:
+                await self._namesrv(address).RegisterBroker(request, timeout=5)
+            except grpc.aio.AioRpcError as error:
+                log.warning("registration with name server %s failed: %s", address, error.details())
+
+        await asyncio.gather(*(register(a) for a in settings.namesrv_addrs))
+
+    async def _unregister(self) -> None:
+        settings = self.settings
+        request = nameserver_pb2.UnregisterBrokerRequest(
+            cluster=settings.cluster,
+            broker_name=settings.broker_name,
+            broker_addr=self.address,
+            broker_id=settings.broker_id,
+        )
+        for address in settings.namesrv_addrs:
+            try:
+                await self._namesrv(address).UnregisterBroker(request, timeout=2)
+            except grpc.aio.AioRpcError as error:
+                log.warning("unregistering from name server %s failed: %s", address, error.details())
+
+
+async def run(settings: BrokerSettings) -> None:
+    """Run a broker until SIGTERM or SIGINT, then stop gracefully."""
+    broker = Broker(settings)
+    await broker.start()
+    print(
+        f"broker {settings.broker_name} listening on {broker.address} metrics {broker.grpc.metrics_url}",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await broker.close()
+        print(f"broker {settings.broker_name} stopped", file=sys.stderr, flush=True)

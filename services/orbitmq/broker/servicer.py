@@ -1,0 +1,557 @@
+"""The Broker gRPC service: producers, consumers, queries and administration.
+
+Handlers validate, translate protos to store calls and back, and leave the rules to the
+modules they call (topics, consumers, locks, long polling, schedule, transactions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import grpc
+
+from orbitmq.broker.reput import detour
+from orbitmq.broker.topics import RW, dlq_topic, retry_topic, topic_to_proto
+from orbitmq.common.names import validate_group_name
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
+from orbitmq.store.config_store import Permission, SubscriptionGroupConfig
+from orbitmq.store.message_filter import MessageFilter
+from orbitmq.store.record import InboundMessage, SysFlag, transaction_type
+from orbitmq.store.results import GetStatus, PutResult, PutStatus
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason, PullStatus, SendStatus
+
+if TYPE_CHECKING:
+    from orbitmq.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+_SEND_STATUS = {
+    PutStatus.PUT_OK: SendStatus.SEND_OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+# Store read statuses → what the client does next (RocketMQ's PullMessageProcessor mapping).
+_NO_NEW = (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE)
+_MOVED = (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL)
+_EMPTY_QUEUE = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
+MAX_PULL_BATCH = 1024
+
+
+def put_failure(result: PutResult) -> RpcFailure:
+    if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+        return RpcFailure(ErrorReason.MESSAGE_ILLEGAL, result.reason or result.status.value)
+    return RpcFailure(
+        ErrorReason.SERVICE_NOT_AVAILABLE, f"{result.status.value}: {result.reason or 'store failure'}"
+    )
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+
+    # -- producers -----------------------------------------------------------------------------
+
+    async def SendMessage(self, request: broker_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
+        b = self.b
+        started = time.perf_counter()
+        self._writable()
+        if not request.messages:
+            raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
+        config = b.topics.for_send(request.topic, request.default_topic_queue_nums)
+        queue_id = b.topics.pick_queue(config, request.queue_id)
+        born_host = request.born_host or _peer_host(context)
+        messages = []
+        for message in request.messages:
+            if message.topic and message.topic != request.topic:
+                raise RpcFailure(
+                    ErrorReason.MESSAGE_ILLEGAL,
+                    f"message topic {message.topic!r} differs from the request's topic {request.topic!r}",
+                )
+            inbound = InboundMessage(
+                topic=request.topic,
+                body=message.body,
+                queue_id=queue_id,
+                properties=dict(message.properties),
+                flag=message.flag,
+                sys_flag=request.sys_flag,
+                born_timestamp_ms=request.born_timestamp_ms or b.clock.now_ms(),
+                born_host=born_host,
+                reconsume_times=request.reconsume_times,
+            )
+            messages.append(self._route(inbound, request.producer_group))
+        result = await b.put(messages)
+        if result.status not in _SEND_STATUS:
+            raise put_failure(result)
+        b.metrics.observe_send(request.topic, len(messages), time.perf_counter() - started)
+        first = result.first
+        return broker_pb2.SendMessageResponse(
+            status=_SEND_STATUS[result.status],
+            msg_ids=[m.msg_id for m in result.messages],
+            queue_id=queue_id,
+            queue_offset=first.queue_offset,
+            broker_name=b.settings.broker_name,
+            transaction_id=messages[0].properties.get(Property.UNIQ_KEY, ""),
+            commit_log_offset=first.physical_offset,
+        )
+
+    def _route(self, message: InboundMessage, producer_group: str) -> InboundMessage:
+        """Delayed and prepared messages detour through their system topics."""
+        properties = message.properties
+        prepared = properties.get(Property.TRANSACTION_PREPARED, "").lower() == "true" or (
+            transaction_type(message.sys_flag) == SysFlag.TRANSACTION_PREPARED
+        )
+        if prepared:
+            message.properties[Property.PRODUCER_GROUP] = producer_group
+            message.sys_flag &= ~int(SysFlag.TRANSACTION_ROLLBACK)  # half topic gets a normal unit
+            return detour(message, TRANS_HALF_TOPIC, 0)
+        level_text = properties.get(Property.DELAY, "")
+        if level_text:
+            if not level_text.isdigit():
+                raise RpcFailure(
+                    ErrorReason.MESSAGE_ILLEGAL, f"delay level {level_text!r} must be a whole number"
+                )
+            level = min(int(level_text), self.b.delay_levels)
+            if level > 0:
+                message.properties[Property.DELAY] = str(level)
+                return detour(message, SCHEDULE_TOPIC, level - 1)
+        return message
+
+    async def EndTransaction(self, request, context):
+        self._writable()
+        await self.b.transactions.end(request.producer_group, request.commit_log_offset, request.resolution)
+        return broker_pb2.EndTransactionResponse()
+
+    # -- consumers -----------------------------------------------------------------------------
+
+    async def PullMessage(self, request: broker_pb2.PullMessageRequest, context: grpc.aio.ServicerContext):
+        b = self.b
+        started = time.perf_counter()
+        group = b.topics.group(request.consumer_group)
+        if not group.consume_enable:
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION, f"consumer group {group.group_name!r} may not consume now"
+            )
+        b.topics.for_read(request.topic, request.queue_id)
+        if request.queue_offset < 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET, f"queue offset {request.queue_offset} must not be negative"
+            )
+        max_count = min(max(request.max_msg_nums, 1), MAX_PULL_BATCH)
+        message_filter = self._filter(request.subscription)
+        if request.commit_offset >= 0 and not b.settings.is_slave:  # the pull carries the committed offset
+            b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.commit_offset)
+        response = self._read(request, max_count, message_filter)
+        suspend_ms = min(request.suspend_timeout_ms, b.settings.max_suspend_ms)
+        if response.status == PullStatus.NO_NEW_MSG and suspend_ms > 0:
+            response = await self._hold(request, max_count, message_filter, suspend_ms, context)
+        b.metrics.observe_pull(
+            request.consumer_group, request.topic, len(response.records), time.perf_counter() - started
+        )
+        return response
+
+    def _read(
+        self, request: broker_pb2.PullMessageRequest, max_count: int, message_filter: MessageFilter | None
+    ) -> broker_pb2.PullMessageResponse:
+        result = self.b.store.get_message(
+            request.consumer_group,
+            request.topic,
+            request.queue_id,
+            request.queue_offset,
+            max_count,
+            message_filter,
+        )
+        status = result.status
+        if status is GetStatus.FOUND:
+            pull = PullStatus.FOUND
+        elif status is GetStatus.NO_MATCHED_MESSAGE:
+            pull = PullStatus.NO_MATCHED_MSG
+        elif status in _NO_NEW or (status in _EMPTY_QUEUE and request.queue_offset == 0):
+            pull = PullStatus.NO_NEW_MSG
+        else:
+            pull = PullStatus.OFFSET_ILLEGAL
+        return broker_pb2.PullMessageResponse(
+            status=pull,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+            suggest_which_broker_id=1 if result.suggest_pull_from_slave else 0,
+            records=result.records,
+        )
+
+    async def _hold(
+        self,
+        request: broker_pb2.PullMessageRequest,
+        max_count: int,
+        message_filter: MessageFilter | None,
+        suspend_ms: int,
+        context: grpc.aio.ServicerContext,
+    ) -> broker_pb2.PullMessageResponse:
+        """Wait until the queue grows past the offset (or the timeout), then read again."""
+        b = self.b
+        if not b.settings.long_polling_enable:
+            await asyncio.sleep(min(suspend_ms, b.settings.short_polling_ms) / 1000)
+            return self._read(request, max_count, message_filter)
+        deadline = asyncio.get_running_loop().time() + suspend_ms / 1000
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0 or b.closing:
+                return self._read(request, max_count, message_filter)
+            future = b.holds.hold(request.topic, request.queue_id, request.queue_offset)
+            try:
+                await asyncio.wait_for(future, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                b.holds.release(request.topic, request.queue_id, future)
+            response = self._read(request, max_count, message_filter)
+            if response.status != PullStatus.NO_MATCHED_MSG or b.closing:
+                return response
+            # Only filtered-out messages arrived: keep waiting from past them.
+            request.queue_offset = response.next_begin_offset
+
+    def _filter(self, subscription: common_pb2.Subscription) -> MessageFilter | None:
+        expression = subscription.expression.strip()
+        if subscription.expression_type == common_pb2.SQL92:
+            from orbitmq.filter.sql92 import Sql92Error, compile_sql92
+
+            try:
+                return compile_sql92(expression)
+            except Sql92Error as error:
+                raise RpcFailure(ErrorReason.INVALID_EXPRESSION, str(error)) from None
+        if not expression or expression == "*":
+            return None
+        try:
+            return self.b.tag_filter(expression)
+        except ValueError as error:
+            raise RpcFailure(ErrorReason.INVALID_EXPRESSION, str(error)) from None
+
+    async def QueryConsumerOffset(self, request, context):
+        validate_group_name(request.consumer_group)
+        self.b.topics.require(request.topic)
+        offset = self.b.offsets.query(request.consumer_group, request.topic, request.queue_id)
+        return broker_pb2.QueryConsumerOffsetResponse(offset=offset)
+
+    async def UpdateConsumerOffset(self, request, context):
+        validate_group_name(request.consumer_group)
+        self.b.topics.require(request.topic)
+        if request.offset < 0:
+            raise RpcFailure(ErrorReason.INVALID_OFFSET, f"offset {request.offset} must not be negative")
+        self.b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset)
+        return broker_pb2.UpdateConsumerOffsetResponse()
+
+    async def Heartbeat(self, request: broker_pb2.HeartbeatRequest, context):
+        if not request.client_id:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, "heartbeat needs a client id")
+        for consumer in request.consumers:
+            self.b.topics.group(consumer.group)
+            for subscription in consumer.subscriptions:
+                self._filter(subscription)
+        for producer in request.producers:
+            validate_group_name(producer.group)
+        changed = self.b.clients.heartbeat(
+            request.client_id, context.peer(), [p.group for p in request.producers], request.consumers
+        )
+        self.b.membership_changed(changed)
+        return broker_pb2.HeartbeatResponse()
+
+    async def UnregisterClient(self, request, context):
+        changed = self.b.clients.unregister(request.client_id, request.producer_group, request.consumer_group)
+        self.b.membership_changed(changed)
+        return broker_pb2.UnregisterClientResponse()
+
+    async def GetConsumerList(self, request, context):
+        validate_group_name(request.consumer_group)
+        return broker_pb2.GetConsumerListResponse(
+            client_ids=self.b.clients.consumer_ids(request.consumer_group)
+        )
+
+    async def LockBatch(self, request, context):
+        self._master_only("queue locks")
+        validate_group_name(request.consumer_group)
+        keys = [(q.topic, q.broker_name, q.queue_id) for q in request.queues]
+        held = self.b.locks.lock_batch(request.consumer_group, request.client_id, keys)
+        return broker_pb2.LockBatchResponse(
+            locked=[common_pb2.MessageQueue(topic=t, broker_name=n, queue_id=q) for t, n, q in held]
+        )
+
+    async def UnlockBatch(self, request, context):
+        self._master_only("queue locks")
+        keys = [(q.topic, q.broker_name, q.queue_id) for q in request.queues]
+        self.b.locks.unlock_batch(request.consumer_group, request.client_id, keys)
+        return broker_pb2.UnlockBatchResponse()
+
+    async def SendBack(self, request: broker_pb2.SendBackRequest, context):
+        self._writable()
+        await self.b.send_back(request)
+        return broker_pb2.SendBackResponse()
+
+    async def Session(
+        self, request_iterator: AsyncIterator[broker_pb2.ClientEvent], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[broker_pb2.ServerEvent]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or not first.HasField("hello") or not first.hello.client_id:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT, "a session must start with a hello naming the client id"
+            )
+        session = self.b.clients.open_session(first.hello.client_id)
+        reader = asyncio.get_running_loop().create_task(
+            self._read_session(session.client_id, request_iterator)
+        )
+        try:
+            while not reader.done():
+                getter = asyncio.ensure_future(session.events.get())
+                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                else:
+                    getter.cancel()
+        finally:
+            reader.cancel()
+            if self.b.clients.close_session(session):
+                self.b.client_gone(session.client_id)
+
+    async def _read_session(self, client_id: str, events: AsyncIterator[broker_pb2.ClientEvent]) -> None:
+        async for event in events:
+            if event.HasField("check_result"):
+                result = event.check_result
+                try:
+                    await self.b.transactions.end(
+                        result.producer_group, result.commit_log_offset, result.resolution
+                    )
+                except RpcFailure as failure:
+                    log.warning("check result from %s rejected: %s", client_id, failure.message)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    async def QueryMessageByKey(self, request, context):
+        self.b.topics.require(request.topic)
+        end = request.end_timestamp_ms or (1 << 62)
+        found = self.b.store.query_by_key(
+            request.topic,
+            request.key,
+            max(1, min(request.max_num or 32, 256)),
+            request.begin_timestamp_ms,
+            end,
+        )
+        return broker_pb2.QueryMessageResponse(
+            records=[self._record(m.physical_offset, m.size) for m in found]
+        )
+
+    async def ViewMessage(self, request, context):
+        try:
+            message = self.b.store.message_by_id(request.msg_id)
+        except ValueError as error:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, str(error)) from None
+        if message is None:
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET, f"message {request.msg_id!r} is not stored on this broker"
+            )
+        return broker_pb2.QueryMessageResponse(records=[self._record(message.physical_offset, message.size)])
+
+    def _record(self, offset: int, size: int) -> bytes:
+        return self.b.store.commitlog.read(offset, size) or b""
+
+    async def SearchOffset(self, request, context):
+        self.b.topics.for_read(request.topic, request.queue_id)
+        offset = self.b.store.offset_by_timestamp(request.topic, request.queue_id, request.timestamp_ms)
+        return broker_pb2.OffsetResponse(offset=offset)
+
+    async def GetMinOffset(self, request, context):
+        self.b.topics.for_read(request.topic, request.queue_id)
+        return broker_pb2.OffsetResponse(
+            offset=self.b.store.min_offset_in_queue(request.topic, request.queue_id)
+        )
+
+    async def GetMaxOffset(self, request, context):
+        self.b.topics.for_read(request.topic, request.queue_id)
+        return broker_pb2.OffsetResponse(
+            offset=self.b.store.max_offset_in_queue(request.topic, request.queue_id)
+        )
+
+    async def GetConsumeStats(self, request, context):
+        validate_group_name(request.consumer_group)
+        topics = (
+            [request.topic]
+            if request.topic
+            else sorted(self.b.offsets.topics_of_group(request.consumer_group))
+        )
+        stats = broker_pb2.ConsumeStats()
+        for topic in topics:
+            config = self.b.topics.require(topic)
+            for queue_id in range(config.read_queue_nums):
+                progress = self.b.queue_progress(request.consumer_group, topic, queue_id)
+                stats.queues.append(progress)
+                stats.total_lag += progress.lag
+        return stats
+
+    async def GetTopicStats(self, request, context):
+        config = self.b.topics.require(request.topic)
+        stats = broker_pb2.TopicStats(broker_name=self.b.settings.broker_name)
+        store = self.b.store
+        for queue_id in range(config.read_queue_nums):
+            high = store.max_offset_in_queue(request.topic, queue_id)
+            last = self.b.last_store_time(request.topic, queue_id)
+            stats.queues.append(
+                broker_pb2.QueueOffsets(
+                    queue_id=queue_id,
+                    min_offset=store.min_offset_in_queue(request.topic, queue_id),
+                    max_offset=high,
+                    last_update_timestamp_ms=last,
+                )
+            )
+        return stats
+
+    # -- administration ------------------------------------------------------------------------
+
+    async def CreateTopic(self, request, context):
+        config = self.b.topics.create_or_update(request.topic)
+        await self.b.registration_changed()
+        return broker_pb2.AdminResponse(message=f"topic {config.topic_name!r} created or updated")
+
+    async def DeleteTopic(self, request, context):
+        if not self.b.topics.delete(request.topic):
+            raise RpcFailure(
+                ErrorReason.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist on this broker"
+            )
+        self.b.store.delete_topic(request.topic)
+        await self.b.registration_changed()
+        return broker_pb2.AdminResponse(message=f"topic {request.topic!r} deleted")
+
+    async def ListTopics(self, request, context):
+        return broker_pb2.ListTopicsResponse(
+            topics=[topic_to_proto(t) for t in self.b.topics.tables.topics.list()]
+        )
+
+    async def CreateSubscriptionGroup(self, request, context):
+        g = request.group
+        try:
+            config = SubscriptionGroupConfig(
+                group_name=g.group_name,
+                consume_enable=g.consume_enable,
+                consume_from_min_enable=g.consume_from_min_enable,
+                consume_broadcast_enable=g.consume_broadcast_enable,
+                retry_queue_nums=g.retry_queue_nums or 1,
+                retry_max_times=g.retry_max_times or 16,
+                broker_id=g.broker_id,
+                consume_message_orderly=g.consume_message_orderly,
+            )
+        except ValueError as error:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, " ".join(str(error).split())) from None
+        self.b.topics.create_or_update_group(config)
+        return broker_pb2.AdminResponse(
+            message=f"subscription group {config.group_name!r} created or updated"
+        )
+
+    async def DeleteSubscriptionGroup(self, request, context):
+        if not self.b.topics.delete_group(request.group_name):
+            raise RpcFailure(
+                ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group {request.group_name!r} does not exist",
+            )
+        self.b.offsets.remove_group(request.group_name)
+        return broker_pb2.AdminResponse(message=f"subscription group {request.group_name!r} deleted")
+
+    async def ListSubscriptionGroups(self, request, context):
+        return broker_pb2.ListSubscriptionGroupsResponse(
+            groups=[
+                broker_pb2.SubscriptionGroupConfig(
+                    group_name=g.group_name,
+                    consume_enable=g.consume_enable,
+                    consume_from_min_enable=g.consume_from_min_enable,
+                    consume_broadcast_enable=g.consume_broadcast_enable,
+                    retry_queue_nums=g.retry_queue_nums,
+                    retry_max_times=g.retry_max_times,
+                    broker_id=g.broker_id,
+                    consume_message_orderly=g.consume_message_orderly,
+                )
+                for g in self.b.topics.tables.subscription_groups.list()
+            ]
+        )
+
+    async def ResetOffset(self, request: broker_pb2.ResetOffsetRequest, context):
+        self._master_only("offset resets")
+        validate_group_name(request.consumer_group)
+        config = self.b.topics.require(request.topic)
+        target = request.WhichOneof("target")
+        if target is None:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, "an offset reset needs a timestamp or an offset")
+        if target == "offset" and request.offset < 0:
+            raise RpcFailure(ErrorReason.INVALID_OFFSET, f"offset {request.offset} must not be negative")
+        offsets = {}
+        store = self.b.store
+        for queue_id in range(config.read_queue_nums):
+            low, high = (
+                store.min_offset_in_queue(request.topic, queue_id),
+                store.max_offset_in_queue(request.topic, queue_id),
+            )
+            if target == "timestamp_ms":
+                offset = store.offset_by_timestamp(request.topic, queue_id, request.timestamp_ms)
+            else:
+                offset = request.offset
+            offsets[queue_id] = min(max(offset, low), high)
+        self.b.offsets.reset(request.consumer_group, request.topic, offsets)
+        notice = broker_pb2.ResetOffsetNotice(
+            consumer_group=request.consumer_group, topic=request.topic, offsets=offsets
+        )
+        self.b.clients.push_to_group(request.consumer_group, broker_pb2.ServerEvent(reset_offset=notice))
+        return broker_pb2.ResetOffsetResponse(offsets=offsets)
+
+    async def GetRuntimeInfo(self, request, context):
+        return broker_pb2.RuntimeInfo(entries=self.b.runtime_info())
+
+    async def GetConsumerConnections(self, request, context):
+        validate_group_name(request.consumer_group)
+        clients = self.b.clients
+        data = clients.consumer_data(request.consumer_group)
+        reply = broker_pb2.ConsumerConnections(
+            connections=[
+                broker_pb2.ConsumerConnection(
+                    client_id=c.client_id, address=c.address, last_heartbeat_ms=c.last_heartbeat_ms
+                )
+                for c in clients.connections(request.consumer_group)
+            ]
+        )
+        if data is not None:
+            reply.subscriptions.extend(data.subscriptions)
+            reply.message_model = data.message_model
+            reply.consume_type = data.consume_type
+            reply.consume_from_where = data.consume_from_where
+        return reply
+
+    # -- guards --------------------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.b.settings.is_slave:
+            raise RpcFailure(
+                ErrorReason.SLAVE_READ_ONLY, f"broker {self.b.address} is a slave and refuses writes"
+            )
+        if self.b.closing:
+            raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
+
+    def _master_only(self, what: str) -> None:
+        if self.b.settings.is_slave:
+            raise RpcFailure(
+                ErrorReason.SLAVE_READ_ONLY, f"only a master grants {what}; {self.b.address} is a slave"
+            )
+
+
+def _peer_host(context: grpc.aio.ServicerContext) -> str:
+    """``ipv4:127.0.0.1:5555`` → ``127.0.0.1:5555`` (born host when the producer gives none)."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest
+    if kind == "ipv6":
+        address, _, port = rest.rpartition(":")
+        return f"[{address.strip('[]').replace('%25', '%')}]:{port}" if port.isdigit() else "127.0.0.1:0"
+    return "127.0.0.1:0"
+
+
+__all__ = ["RW", "BrokerServicer", "Permission", "dlq_topic", "retry_topic"]

@@ -1,0 +1,124 @@
+"""Typed broker settings, loaded by :func:`orbitmq.common.settings.load_settings`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orbitmq.common.server import split_host_port
+from orbitmq.store.config import GIB, MIB, BrokerRole, FlushMode, StoreConfig
+
+ENV_PREFIX = "ORBITMQ_BROKER_"
+
+
+def parse_namesrv(value: str) -> list[str]:
+    """``"host:port;host:port"`` → addresses; an empty string means none."""
+    addresses = [a.strip() for a in value.split(";") if a.strip()]
+    for address in addresses:
+        split_host_port(address)
+    return addresses
+
+
+class BrokerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listen: str = "0.0.0.0:10911"
+    """gRPC address for producers, consumers and admin (RocketMQ's listenPort 10911)."""
+    metrics_listen: str | None = "0.0.0.0:10913"
+    """Prometheus /metrics HTTP address; empty disables."""
+    advertise_addr: str | None = None
+    """Address registered with name servers; default: the bound address (127.0.0.1 for 0.0.0.0)."""
+    namesrv: str = ""
+    """Name servers, ``host:port;host:port`` (also ``ORBITMQ_NAMESRV``); empty: register nowhere."""
+    cluster: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = Field(default=0, ge=0)
+    """0 = master, 1+ = slave of the same broker name."""
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    data_dir: Path = Path("~/.orbitmq/broker-a").expanduser()
+
+    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    segment_bytes: int = Field(default=1 * GIB, ge=64 * 1024)
+    max_message_bytes: int = Field(default=4 * MIB, ge=1)
+    consume_queue_units_per_file: int = Field(default=300_000, ge=1)
+    index_slot_count: int = Field(default=5_000_000, ge=1)
+    index_max_entries: int = Field(default=20_000_000, ge=1)
+    file_reserved_time_ms: int = Field(default=72 * 3_600_000, ge=1)
+
+    auto_create_topic_enable: bool = True
+    """Create a topic on its first send (RocketMQ's autoCreateTopicEnable; on for local use)."""
+    default_topic_queue_nums: int = Field(default=4, ge=1, le=1024)
+    auto_create_subscription_group: bool = True
+
+    register_interval_ms: int = Field(default=30_000, ge=100)
+    """How often the broker registers with (heartbeats to) every name server."""
+    heartbeat_timeout_ms: int = Field(default=120_000, ge=100)
+    """Name servers drop the broker after this long without a registration."""
+    long_polling_enable: bool = True
+    short_polling_ms: int = Field(default=1_000, ge=0)
+    """Without long polling, how long a pull that finds nothing waits before answering."""
+    max_suspend_ms: int = Field(default=30_000, ge=0)
+    """Upper bound on a client's suspend timeout."""
+    lock_expiry_ms: int = Field(default=60_000, ge=1)
+    """A queue lock not renewed for this long is free (clients renew every 20 s)."""
+    channel_expiry_ms: int = Field(default=120_000, ge=1)
+    """A client silent for this long leaves its groups."""
+    scan_interval_ms: int = Field(default=10_000, ge=10)
+    """How often expired channels and locks are swept."""
+    transaction_timeout_ms: int = Field(default=6_000, ge=1)
+    transaction_check_max: int = Field(default=15, ge=1)
+    transaction_check_interval_ms: int = Field(default=60_000, ge=10)
+    schedule_tick_ms: int = Field(default=100, ge=1)
+    """How often due delayed messages are moved to their real topic."""
+    config_persist_interval_ms: int = Field(default=5_000, ge=10)
+    grace_ms: int = Field(default=5_000, ge=0)
+
+    @field_validator("listen", "advertise_addr")
+    @classmethod
+    def _check_address(cls, value: str | None) -> str | None:
+        if value:
+            split_host_port(value)
+        return value
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_metrics(cls, value: str | None) -> str | None:
+        if value:
+            split_host_port(value)
+        return value or None
+
+    @field_validator("namesrv")
+    @classmethod
+    def _check_namesrv(cls, value: str) -> str:
+        parse_namesrv(value)
+        return value
+
+    @field_validator("cluster", "broker_name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not value or not value.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"{value!r} must be letters, digits, '-' or '_' and not empty")
+        return value
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return parse_namesrv(self.namesrv)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role is BrokerRole.SLAVE
+
+    def store_config(self, store_host: str) -> StoreConfig:
+        return StoreConfig(
+            data_dir=self.data_dir.expanduser(),
+            store_host=store_host,
+            broker_role=self.broker_role,
+            flush_mode=self.flush_mode,
+            segment_bytes=self.segment_bytes,
+            max_message_bytes=self.max_message_bytes,
+            consume_queue_units_per_file=self.consume_queue_units_per_file,
+            index_slot_count=self.index_slot_count,
+            index_max_entries=self.index_max_entries,
+            file_reserved_time_ms=self.file_reserved_time_ms,
+        )

@@ -1,0 +1,193 @@
+"""Topics and subscription groups of one broker: lookup, auto-creation, permission checks.
+
+Tables live in the store's ``config/`` JSON files (:mod:`orbitmq.store.config_store`); this
+module adds the broker's rules: which topics exist implicitly (system, retry and dead-letter
+topics), when a topic may be created by its first send, and what a permission allows.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.topics import DELAY_LEVELS_MS as _DEFAULT_LEVELS
+from orbitmq.common.topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+from orbitmq.store.config_store import (
+    BrokerConfigTables,
+    Permission,
+    SubscriptionGroupConfig,
+    TopicConfig,
+)
+from orbitmq.v1 import common_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+RW = Permission.READ | Permission.WRITE
+SYSTEM_TOPICS = {
+    SCHEDULE_TOPIC: len(_DEFAULT_LEVELS),
+    TRANS_HALF_TOPIC: 1,
+    TRANS_OP_HALF_TOPIC: 1,
+}
+"""System topics and their queue counts, created at start-up."""
+
+
+def retry_topic(group: str) -> str:
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DLQ_GROUP_TOPIC_PREFIX}{group}"
+
+
+class TopicManager:
+    def __init__(
+        self,
+        tables: BrokerConfigTables,
+        *,
+        auto_create_topic: bool,
+        default_queue_nums: int,
+        auto_create_group: bool,
+        schedule_levels: int,
+    ) -> None:
+        self.tables = tables
+        self._auto_create_topic = auto_create_topic
+        self._default_queue_nums = default_queue_nums
+        self._auto_create_group = auto_create_group
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        for name, queues in SYSTEM_TOPICS.items():
+            if not tables.topics.contains(name):
+                nums = schedule_levels if name == SCHEDULE_TOPIC else queues
+                tables.topics.put(TopicConfig(topic_name=name, read_queue_nums=nums, write_queue_nums=nums))
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.tables.topics.get(topic)
+
+    def require(self, topic: str) -> TopicConfig:
+        validate_topic_name(topic)
+        config = self.tables.topics.get(topic)
+        if config is None:
+            raise RpcFailure(
+                ErrorReason.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist on this broker", topic=topic
+            )
+        return config
+
+    def for_send(self, topic: str, queue_nums: int = 0) -> TopicConfig:
+        """The topic a producer sends to, created on first use when auto-creation is on."""
+        validate_topic_name(topic)
+        config = self.tables.topics.get(topic)
+        if config is None:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return self.ensure(topic, 1)
+            if not self._auto_create_topic:
+                raise RpcFailure(
+                    ErrorReason.TOPIC_NOT_EXIST,
+                    f"topic {topic!r} does not exist and auto-creation is off (auto_create_topic_enable)",
+                    topic=topic,
+                )
+            nums = queue_nums if 0 < queue_nums <= 1024 else self._default_queue_nums
+            config = self.ensure(topic, nums)
+        if not config.perm & Permission.WRITE:
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION, f"topic {topic!r} is not writable (perm {int(config.perm)})"
+            )
+        return config
+
+    def for_read(self, topic: str, queue_id: int) -> TopicConfig:
+        config = self.require(topic)
+        if not config.perm & Permission.READ:
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION, f"topic {topic!r} is not readable (perm {int(config.perm)})"
+            )
+        if not 0 <= queue_id < config.read_queue_nums:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"queue id {queue_id} of topic {topic!r} must be between 0 and {config.read_queue_nums - 1}",
+            )
+        return config
+
+    def ensure(self, topic: str, queue_nums: int, perm: Permission = RW) -> TopicConfig:
+        config = self.tables.topics.get(topic)
+        if config is None:
+            config = TopicConfig(
+                topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm
+            )
+            self.tables.topics.put(config)
+        return config
+
+    def pick_queue(self, config: TopicConfig, requested: int) -> int:
+        if requested < 0:
+            counter = self._round_robin.setdefault(config.topic_name, itertools.count())
+            return next(counter) % config.write_queue_nums
+        if requested >= config.write_queue_nums:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"queue id {requested} of topic {config.topic_name!r} must be below its "
+                f"{config.write_queue_nums} write queues",
+            )
+        return requested
+
+    def create_or_update(self, proto: common_pb2.TopicConfig) -> TopicConfig:
+        try:
+            config = TopicConfig(
+                topic_name=proto.topic_name,
+                read_queue_nums=proto.read_queue_nums or self._default_queue_nums,
+                write_queue_nums=proto.write_queue_nums or self._default_queue_nums,
+                perm=proto.perm or int(RW),
+                order=proto.order,
+                attributes=dict(proto.attributes),
+            )
+        except ValueError as error:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, _first_line(error)) from None
+        self.tables.topics.put(config)
+        return config
+
+    def delete(self, topic: str) -> bool:
+        validate_topic_name(topic)
+        return self.tables.topics.delete(topic)
+
+    def user_topics(self) -> list[TopicConfig]:
+        return [t for t in self.tables.topics.list() if t.topic_name not in SYSTEM_TOPICS]
+
+    # -- subscription groups -------------------------------------------------------------------
+
+    def group(self, group: str, *, create: bool = True) -> SubscriptionGroupConfig:
+        validate_group_name(group)
+        config = self.tables.subscription_groups.get(group)
+        if config is None:
+            if not (create and self._auto_create_group):
+                raise RpcFailure(
+                    ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group!r} does not exist"
+                )
+            config = SubscriptionGroupConfig(group_name=group)
+            self.tables.subscription_groups.put(config)
+        return config
+
+    def create_or_update_group(self, config: SubscriptionGroupConfig) -> None:
+        self.tables.subscription_groups.put(config)
+
+    def delete_group(self, group: str) -> bool:
+        validate_group_name(group)
+        return self.tables.subscription_groups.delete(group)
+
+
+def topic_to_proto(config: TopicConfig) -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(
+        topic_name=config.topic_name,
+        read_queue_nums=config.read_queue_nums,
+        write_queue_nums=config.write_queue_nums,
+        perm=int(config.perm),
+        order=config.order,
+        attributes=config.attributes,
+    )
+
+
+def _first_line(error: Exception) -> str:
+    return " ".join(str(error).split())

@@ -1,0 +1,188 @@
+"""Transactional messages: half messages, commit/rollback, and check-backs to producers.
+
+A prepared (half) message is stored invisibly in ``RMQ_SYS_TRANS_HALF_TOPIC``. The producer
+ends it with COMMIT (the message is re-put on its real topic) or ROLLBACK (discarded); either
+outcome is recorded as an *op* message in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` whose body is the
+transaction id, so the outcome survives restarts. Half messages left unresolved longer than the
+transaction timeout are checked back with the producer group over a client's session stream;
+each check re-appends the half message with its check count (so the scan always moves forward),
+and after ``check_max`` checks it is discarded and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from orbitmq.broker.consumers import ClientRegistry
+from orbitmq.broker.reput import restore
+from orbitmq.common.clock import Clock
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, Property
+from orbitmq.store.config_store import ConsumerOffsetTable
+from orbitmq.store.message_store import MessageStore
+from orbitmq.store.record import InboundMessage, StoredMessage, SysFlag
+from orbitmq.store.results import PutResult
+from orbitmq.v1 import broker_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+TRANSACTION_ID = "__transactionId__"
+PROGRESS_GROUP = "CID_RMQ_SYS_TRANS"
+OP_DONE_TAG = "d"
+OP_DISCARD_TAG = "discard"
+
+Put = Callable[[InboundMessage], Awaitable[PutResult]]
+
+
+def transaction_id_of(message: StoredMessage) -> str:
+    return (
+        message.properties.get(TRANSACTION_ID) or message.properties.get(Property.UNIQ_KEY) or message.msg_id
+    )
+
+
+class TransactionService:
+    def __init__(
+        self,
+        store: MessageStore,
+        progress: ConsumerOffsetTable,
+        clients: ClientRegistry,
+        clock: Clock,
+        put: Put,
+        *,
+        timeout_ms: int,
+        check_max: int,
+        check_interval_ms: int,
+    ) -> None:
+        self._store = store
+        self._progress = progress
+        self._clients = clients
+        self._clock = clock
+        self._put = put
+        self._timeout_ms = timeout_ms
+        self._check_max = check_max
+        self._check_interval_s = check_interval_ms / 1000
+        self._resolved: set[str] = set()
+        self.committed = self.rolled_back = self.checks_sent = self.discarded = 0
+
+    def load(self) -> None:
+        """Rebuild the set of resolved transactions from the op topic."""
+        queue = self._store.consume_queue(TRANS_OP_HALF_TOPIC, 0)
+        if queue is None:
+            return
+        for offset in range(queue.min_offset, queue.max_offset):
+            unit = queue.unit_at(offset)
+            message = self._store.message_at(unit[0]) if unit else None
+            if message is not None:
+                self._resolved.add(message.body.decode())
+
+    async def end(self, producer_group: str, commit_log_offset: int, resolution: int) -> None:
+        """Apply a producer's decision about the half message at ``commit_log_offset``."""
+        if resolution == TransactionResolution.UNKNOWN:
+            return
+        if resolution not in (TransactionResolution.COMMIT, TransactionResolution.ROLLBACK):
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT, f"transaction resolution {resolution} is not known"
+            )
+        half = self._store.message_at(commit_log_offset)
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET,
+                f"commit log offset {commit_log_offset} does not hold a half message",
+            )
+        transaction_id = transaction_id_of(half)
+        if transaction_id in self._resolved:
+            return
+        if resolution == TransactionResolution.COMMIT:
+            real = restore(
+                half, drop=(Property.TRANSACTION_PREPARED, CHECK_TIMES), sys_flag=SysFlag.TRANSACTION_COMMIT
+            )
+            result = await self._put(real)
+            if not result.status.stored:
+                raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, f"commit failed: {result.reason}")
+            self.committed += 1
+        else:
+            self.rolled_back += 1
+        await self._record(transaction_id, OP_DONE_TAG)
+
+    async def _record(self, transaction_id: str, tag: str) -> None:
+        op = InboundMessage(
+            topic=TRANS_OP_HALF_TOPIC, body=transaction_id.encode(), properties={Property.TAGS: tag}
+        )
+        result = await self._put(op)
+        if result.status.stored:
+            self._resolved.add(transaction_id)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval_s)
+            try:
+                await self.check_once()
+            except Exception:
+                log.exception("transaction check pass failed")
+
+    async def check_once(self) -> int:
+        """One pass over unresolved half messages; returns how many checks were sent."""
+        queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
+        if queue is None:
+            return 0
+        offset = max(self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0), queue.min_offset)
+        end, now, sent = queue.max_offset, self._clock.now_ms(), 0
+        while offset < end:
+            unit = queue.unit_at(offset)
+            half = self._store.message_at(unit[0]) if unit else None
+            if half is not None:
+                transaction_id = transaction_id_of(half)
+                if transaction_id not in self._resolved:
+                    if now - half.store_timestamp_ms < self._timeout_ms:
+                        break
+                    sent += await self._check(half, transaction_id)
+            offset += 1
+            self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
+        return sent
+
+    async def _check(self, half: StoredMessage, transaction_id: str) -> int:
+        checks = int(half.properties.get(CHECK_TIMES, "0"))
+        if checks >= self._check_max:
+            log.warning(
+                "transaction %s of producer group %s discarded after %d checks",
+                transaction_id,
+                half.properties.get(Property.PRODUCER_GROUP),
+                checks,
+            )
+            self.discarded += 1
+            await self._record(transaction_id, OP_DISCARD_TAG)
+            return 0
+        copy = restore(half, drop=())
+        copy.topic, copy.queue_id = TRANS_HALF_TOPIC, 0
+        copy.properties = {**half.properties, CHECK_TIMES: str(checks + 1), TRANSACTION_ID: transaction_id}
+        result = await self._put(copy)
+        if not result.status.stored:
+            return 0
+        placed = result.first
+        group = half.properties.get(Property.PRODUCER_GROUP, "")
+        record = self._store.commitlog.read(placed.physical_offset, placed.size) or b""
+        event = broker_pb2.ServerEvent(
+            check_transaction=broker_pb2.CheckTransactionState(
+                producer_group=group,
+                commit_log_offset=placed.physical_offset,
+                msg_id=placed.msg_id,
+                transaction_id=transaction_id,
+                record=record,
+            )
+        )
+        for client_id in self._clients.producer_clients(group):
+            session = self._clients.session(client_id)
+            if session is not None:
+                session.push(event)
+                self.checks_sent += 1
+                return 1
+        log.info("no producer of group %s is connected to check transaction %s", group, transaction_id)
+        return 0
+
+    @property
+    def resolved_count(self) -> int:
+        return len(self._resolved)
