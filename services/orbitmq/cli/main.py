@@ -74,3 +74,14 @@ def bench_store(
         work_dir=work_dir,
         progress=not as_json,
     )
+
+
+def _register_commands() -> None:
+    from orbitmq.cli.admin import admin
+    from orbitmq.cli.broker import broker_command
+
+    main.add_command(broker_command)
+    main.add_command(admin)
+
+
+_register_commands()

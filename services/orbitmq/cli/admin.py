@@ -1,0 +1,437 @@
+"""``orbitmq admin …``: cluster administration with RocketMQ mqadmin parity.
+
+Tables for people, ``--json`` for scripts. Failures print the server's reason and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import click
+import grpc
+
+from orbitmq.cli.common import emit_object, emit_rows, json_option, namesrv_option
+from orbitmq.client.admin import Admin
+from orbitmq.common.errors import OrbitError
+from orbitmq.common.rpc import failure_of
+from orbitmq.store.record import StoredMessage
+
+
+def run_admin(work: Callable[[Admin], Awaitable[Any]], namesrv: str) -> Any:
+    """Run one admin coroutine; every expected failure becomes a one-line error, not a traceback."""
+
+    async def go() -> Any:
+        async with Admin(namesrv) as admin:
+            return await work(admin)
+
+    try:
+        return asyncio.run(go())
+    except grpc.aio.AioRpcError as error:
+        failure = failure_of(error)
+        reason = f" [{failure.reason_name}]" if failure else ""
+        raise click.ClickException(f"{error.details()}{reason}") from None
+    except (OrbitError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+
+
+def message_row(message: StoredMessage) -> dict[str, Any]:
+    return {
+        "msg_id": message.msg_id,
+        "topic": message.topic,
+        "queue": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "tags": message.tags,
+        "keys": " ".join(message.keys),
+        "reconsume_times": message.reconsume_times,
+        "store_time": datetime.fromtimestamp(message.store_timestamp_ms / 1000).isoformat(
+            timespec="milliseconds"
+        ),
+        "body": message.body.decode(errors="replace"),
+    }
+
+
+MESSAGE_COLUMNS = [
+    "msg_id",
+    "topic",
+    "queue",
+    "queue_offset",
+    "tags",
+    "keys",
+    "reconsume_times",
+    "store_time",
+    "body",
+]
+
+
+def parse_time(value: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time."""
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} must be milliseconds since the epoch or an ISO-8601 time"
+        ) from None
+
+
+def common(function: Callable[..., Any]) -> Callable[..., Any]:
+    return namesrv_option(json_option(function))
+
+
+@click.group("admin")
+def admin() -> None:
+    """Administer a cluster through its name servers (RocketMQ mqadmin)."""
+
+
+# -- topics ---------------------------------------------------------------------------------------
+
+
+@admin.group("topic")
+def topic() -> None:
+    """Create, update, delete, list and inspect topics."""
+
+
+def _topic_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option("--topic", required=True),
+            click.option("--read-queues", type=click.IntRange(1, 1024), default=4, show_default=True),
+            click.option("--write-queues", type=click.IntRange(1, 1024), default=4, show_default=True),
+            click.option(
+                "--perm",
+                type=click.IntRange(0, 7),
+                default=6,
+                show_default=True,
+                help="READ=4 WRITE=2 INHERIT=1",
+            ),
+            click.option("--order", is_flag=True, help="An ordered topic."),
+            click.option("--cluster", help="Every master of this cluster (default: every master)."),
+            click.option("--broker", "broker_addr", help="Only this broker address."),
+        ]
+    ):
+        function = option(function)
+    return function
+
+
+def _create_or_update(
+    namesrv: str, as_json: bool, topic: str, broker_addr: str | None, cluster: str | None, **q: Any
+) -> None:
+    brokers = run_admin(
+        lambda a: a.create_topic(
+            topic,
+            read_queue_nums=q["read_queues"],
+            write_queue_nums=q["write_queues"],
+            perm=q["perm"],
+            order=q["order"],
+            cluster=cluster,
+            broker_addr=broker_addr,
+        ),
+        namesrv,
+    )
+    emit_object({"topic": topic, "brokers": brokers}, as_json)
+
+
+@topic.command("create")
+@_topic_options
+@common
+def topic_create(**options: Any) -> None:
+    """Create a topic (an existing one is updated)."""
+    _create_or_update(**options)
+
+
+@topic.command("update")
+@_topic_options
+@common
+def topic_update(**options: Any) -> None:
+    """Update a topic's queue counts, permission or order flag."""
+    _create_or_update(**options)
+
+
+@topic.command("delete")
+@click.option("--topic", required=True)
+@click.option("--cluster")
+@common
+def topic_delete(namesrv: str, as_json: bool, topic: str, cluster: str | None) -> None:
+    """Delete a topic from the brokers and the name servers."""
+    brokers = run_admin(lambda a: a.delete_topic(topic, cluster), namesrv)
+    emit_object({"topic": topic, "deleted_on": brokers}, as_json)
+
+
+@topic.command("list")
+@common
+def topic_list(namesrv: str, as_json: bool) -> None:
+    """Topics known to the name servers."""
+    topics = run_admin(lambda a: a.topic_list(), namesrv)
+    emit_rows([{"topic": t} for t in topics], ["topic"], as_json)
+
+
+@topic.command("route")
+@click.option("--topic", required=True)
+@common
+def topic_route(namesrv: str, as_json: bool, topic: str) -> None:
+    """Which broker groups serve a topic, with how many queues."""
+    route = run_admin(lambda a: a.route(topic), namesrv)
+    addresses = {d.broker_name: dict(d.broker_addrs) for d in route.broker_datas}
+    rows = [
+        {
+            "broker_name": q.broker_name,
+            "read_queues": q.read_queue_nums,
+            "write_queues": q.write_queue_nums,
+            "perm": q.perm,
+            "master": addresses.get(q.broker_name, {}).get(0),
+            "slaves": ",".join(a for i, a in sorted(addresses.get(q.broker_name, {}).items()) if i),
+        }
+        for q in route.queue_datas
+    ]
+    emit_rows(
+        rows,
+        ["broker_name", "read_queues", "write_queues", "perm", "master", "slaves"],
+        as_json,
+        f"route of {topic}",
+    )
+
+
+@topic.command("status")
+@click.option("--topic", required=True)
+@common
+def topic_status(namesrv: str, as_json: bool, topic: str) -> None:
+    """Min and max offset of every queue of a topic."""
+    rows = run_admin(lambda a: a.topic_status(topic), namesrv)
+    emit_rows(
+        [
+            {
+                "broker_name": name,
+                "queue": q.queue_id,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+                "last_update_ms": q.last_update_timestamp_ms,
+            }
+            for name, q in rows
+        ],
+        ["broker_name", "queue", "min_offset", "max_offset", "last_update_ms"],
+        as_json,
+    )
+
+
+# -- groups ---------------------------------------------------------------------------------------
+
+
+@admin.group("group")
+def group() -> None:
+    """Create, delete, list consumer groups and show their progress."""
+
+
+@group.command("create")
+@click.option("--group", "name", required=True)
+@click.option("--retry-max", type=click.IntRange(0, 1000), default=16, show_default=True)
+@click.option("--no-broadcast", is_flag=True, help="Refuse broadcasting consumers.")
+@click.option("--cluster")
+@common
+def group_create(
+    namesrv: str, as_json: bool, name: str, retry_max: int, no_broadcast: bool, cluster: str | None
+) -> None:
+    """Create (or update) a subscription group on every master."""
+    brokers = run_admin(
+        lambda a: a.create_group(
+            name, retry_max_times=retry_max, consume_broadcast_enable=not no_broadcast, cluster=cluster
+        ),
+        namesrv,
+    )
+    emit_object({"group": name, "brokers": brokers}, as_json)
+
+
+@group.command("delete")
+@click.option("--group", "name", required=True)
+@click.option("--cluster")
+@common
+def group_delete(namesrv: str, as_json: bool, name: str, cluster: str | None) -> None:
+    """Delete a subscription group and its offsets."""
+    brokers = run_admin(lambda a: a.delete_group(name, cluster), namesrv)
+    emit_object({"group": name, "deleted_on": brokers}, as_json)
+
+
+@group.command("list")
+@common
+def group_list(namesrv: str, as_json: bool) -> None:
+    """Subscription groups of every master."""
+    groups = run_admin(lambda a: a.groups(), namesrv)
+    emit_rows(
+        [
+            {
+                "group": g.group_name,
+                "retry_max": g.retry_max_times,
+                "broadcast": g.consume_broadcast_enable,
+                "orderly": g.consume_message_orderly,
+            }
+            for g in groups.values()
+        ],
+        ["group", "retry_max", "broadcast", "orderly"],
+        as_json,
+    )
+
+
+@group.command("progress")
+@click.option("--group", "name", required=True)
+@click.option("--topic")
+@common
+def group_progress(namesrv: str, as_json: bool, name: str, topic: str | None) -> None:
+    """Broker offset, consumer offset and lag per queue (RocketMQ consumerProgress)."""
+    rows = run_admin(lambda a: a.consume_progress(name, topic), namesrv)
+    emit_rows(
+        [
+            {
+                "topic": r.topic,
+                "broker_name": r.broker_name,
+                "queue": r.queue_id,
+                "broker_offset": r.broker_offset,
+                "consumer_offset": r.consumer_offset,
+                "lag": r.lag,
+            }
+            for r in rows
+        ],
+        ["topic", "broker_name", "queue", "broker_offset", "consumer_offset", "lag"],
+        as_json,
+        f"total lag {sum(r.lag for r in rows)}",
+    )
+
+
+# -- cluster, brokers, messages, offsets, dead letters -------------------------------------------------
+
+
+@admin.group("cluster")
+def cluster() -> None:
+    """Clusters and their brokers."""
+
+
+@cluster.command("list")
+@common
+def cluster_list(namesrv: str, as_json: bool) -> None:
+    """Every registered broker with its role and address."""
+    brokers = run_admin(lambda a: a.brokers(), namesrv)
+    emit_rows(
+        [
+            {
+                "cluster": b.cluster,
+                "broker_name": b.broker_name,
+                "broker_id": b.broker_id,
+                "role": "master" if b.broker_id == 0 else "slave",
+                "address": b.address,
+            }
+            for b in brokers
+        ],
+        ["cluster", "broker_name", "broker_id", "role", "address"],
+        as_json,
+    )
+
+
+@admin.group("broker")
+def broker() -> None:
+    """Broker runtime information."""
+
+
+@broker.command("status")
+@click.option("--broker", "address", help="Broker address (default: every registered broker).")
+@common
+def broker_status(namesrv: str, as_json: bool, address: str | None) -> None:
+    """Runtime counters of a broker (RocketMQ brokerStatus)."""
+
+    async def work(a: Admin) -> dict[str, dict[str, str]]:
+        targets = [address] if address else [b.address for b in await a.brokers()]
+        return {t: await a.broker_status(t) for t in targets}
+
+    statuses = run_admin(work, namesrv)
+    if as_json:
+        emit_object(statuses, True)
+        return
+    for target, entries in statuses.items():
+        click.echo(f"== {target}")
+        emit_object(entries, False)
+
+
+@admin.group("message")
+def message() -> None:
+    """Find messages by key or by id."""
+
+
+@message.command("by-key")
+@click.option("--topic", required=True)
+@click.option("--key", required=True)
+@click.option("--max", "max_num", type=click.IntRange(1, 256), default=32, show_default=True)
+@common
+def message_by_key(namesrv: str, as_json: bool, topic: str, key: str, max_num: int) -> None:
+    """Messages of a topic with this key or unique key."""
+    messages = run_admin(lambda a: a.messages_by_key(topic, key, max_num), namesrv)
+    emit_rows([message_row(m) for m in messages], MESSAGE_COLUMNS, as_json)
+
+
+@message.command("by-id")
+@click.option("--id", "msg_id", required=True, help="Offset message id (32 hex characters).")
+@common
+def message_by_id(namesrv: str, as_json: bool, msg_id: str) -> None:
+    """One message by its offset id."""
+    found = run_admin(lambda a: a.message_by_id(msg_id), namesrv)
+    emit_object(
+        {
+            **message_row(found),
+            "properties": found.properties,
+            "born_host": found.born_host,
+            "store_host": found.store_host,
+        },
+        as_json,
+    )
+
+
+@admin.group("offset")
+def offset() -> None:
+    """Consumer offsets."""
+
+
+@offset.command("reset")
+@click.option("--group", "name", required=True)
+@click.option("--topic", required=True)
+@click.option("--timestamp", help="Milliseconds since the epoch or ISO-8601 time.")
+@click.option("--to", "to_offset", type=click.IntRange(min=0), help="The same offset for every queue.")
+@common
+def offset_reset(
+    namesrv: str, as_json: bool, name: str, topic: str, timestamp: str | None, to_offset: int | None
+) -> None:
+    """Move a group's offsets back or forward; online consumers are told at once."""
+    if (timestamp is None) == (to_offset is None):
+        raise click.UsageError("give exactly one of --timestamp or --to")
+    when = parse_time(timestamp) if timestamp else None
+    result = run_admin(
+        functools.partial(_reset, name=name, topic=topic, when=when, to_offset=to_offset), namesrv
+    )
+    emit_rows(
+        [
+            {"broker_name": b, "queue": q, "offset": o}
+            for b, offsets in result.items()
+            for q, o in sorted(offsets.items())
+        ],
+        ["broker_name", "queue", "offset"],
+        as_json,
+    )
+
+
+async def _reset(a: Admin, *, name: str, topic: str, when: int | None, to_offset: int | None) -> Any:
+    return await a.reset_offset(name, topic, timestamp_ms=when, offset=to_offset)
+
+
+@admin.group("dlq")
+def dlq() -> None:
+    """Dead-letter queues."""
+
+
+@dlq.command("list")
+@click.option("--group", "name", required=True)
+@click.option("--max", "max_num", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@common
+def dlq_list(namesrv: str, as_json: bool, name: str, max_num: int) -> None:
+    """Messages that exhausted their retries for a group."""
+    messages = run_admin(lambda a: a.dead_letters(name, max_num), namesrv)
+    emit_rows([message_row(m) for m in messages], MESSAGE_COLUMNS, as_json)

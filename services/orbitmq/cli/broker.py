@@ -1,0 +1,42 @@
+"""``orbitmq broker``: run a broker process until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import click
+
+from orbitmq.broker.settings import ENV_PREFIX, BrokerSettings
+from orbitmq.cli.common import NAMESRV_ENV, settings_or_exit
+
+
+@click.command("broker")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="YAML/JSON settings file (field names as in BrokerSettings).",
+)
+@click.option("--listen", help="gRPC address, default 0.0.0.0:10911.")
+@click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:10913; '' disables.")
+@click.option("--namesrv", help=f"Name servers 'host:port;host:port' (or {NAMESRV_ENV}).")
+@click.option("--cluster")
+@click.option("--broker-name")
+@click.option("--broker-id", type=int)
+@click.option("--broker-role", type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]))
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--flush-mode", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]))
+@click.option("--advertise-addr", help="Address registered with name servers.")
+def broker_command(config_file: Path | None, **flags: object) -> None:
+    """Run a broker: store, serve producers and consumers, register with name servers.
+
+    Settings come from --config, then ORBITMQ_BROKER_<FIELD> environment variables, then flags.
+    """
+    from orbitmq.broker.server import run
+
+    if flags.get("namesrv") is None and os.environ.get(NAMESRV_ENV):
+        flags["namesrv"] = os.environ[NAMESRV_ENV]
+    settings = settings_or_exit(BrokerSettings, config_file, ENV_PREFIX, flags)
+    asyncio.run(run(settings))

@@ -1,0 +1,67 @@
+"""Helpers shared by CLI commands: settings loading with clean errors, output for people and scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from orbitmq.common.settings import SettingsError, load_settings
+
+T = TypeVar("T", bound=BaseModel)
+
+NAMESRV_ENV = "ORBITMQ_NAMESRV"
+
+
+def settings_or_exit(model: type[T], file: Path | None, env_prefix: str, flags: Mapping[str, Any]) -> T:
+    """Load settings; an invalid one ends the command with its message, never a traceback."""
+    try:
+        return load_settings(model, file=file, env_prefix=env_prefix, flags=flags)
+    except SettingsError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--namesrv",
+        envvar=NAMESRV_ENV,
+        default="127.0.0.1:9876",
+        show_default=True,
+        help=f"Name servers 'host:port;host:port' (or {NAMESRV_ENV}).",
+    )(function)
+
+
+def json_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(function)
+
+
+def emit_rows(
+    rows: Sequence[Mapping[str, Any]], columns: Iterable[str], as_json: bool, title: str = ""
+) -> None:
+    """A table for people, or one JSON document (a list of objects) for scripts."""
+    columns = list(columns)
+    if as_json:
+        click.echo(json.dumps([{c: row.get(c) for c in columns} for row in rows]))
+        return
+    table = Table(title=title or None, show_lines=False)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    Console(width=max(100, os.get_terminal_size().columns if os.isatty(1) else 160)).print(table)
+
+
+def emit_object(data: Mapping[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    width = max((len(k) for k in data), default=0)
+    for key, value in data.items():
+        click.echo(f"{key:<{width}}  {value}")
