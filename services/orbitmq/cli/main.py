@@ -79,9 +79,14 @@ def bench_store(
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command
+    from orbitmq.cli.local import local
 
     main.add_command(broker_command)
     main.add_command(admin)
+    main.add_command(local)
 
 
 _register_commands()
+
+if __name__ == "__main__":
+    main()

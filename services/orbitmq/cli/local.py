@@ -1,0 +1,72 @@
+"""``orbitmq local up``: the project's main job — a local cluster, no Kubernetes needed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from orbitmq.local.supervisor import LocalCluster, run_local
+
+DEFAULT_DATA_DIR = Path("~/.orbitmq/local").expanduser()
+
+
+@click.group("local")
+def local() -> None:
+    """Run a cluster on this machine as child processes."""
+
+
+@local.command("up")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    help="Where the brokers keep their data (reused on the next start).",
+)
+@click.option("--namesrv-port", type=click.IntRange(0, 65535), default=9876, show_default=True)
+@click.option("--broker-port", type=click.IntRange(0, 65535), default=10911, show_default=True)
+@click.option("--namesrv-metrics-port", type=click.IntRange(0, 65535), default=9877, show_default=True)
+@click.option("--broker-metrics-port", type=click.IntRange(0, 65535), default=10913, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
+def up(
+    data_dir: Path,
+    namesrv_port: int,
+    broker_port: int,
+    namesrv_metrics_port: int,
+    broker_metrics_port: int,
+    as_json: bool,
+) -> None:
+    """Start a name server and a broker; stop them cleanly on Ctrl-C or SIGTERM."""
+    cluster = LocalCluster(
+        data_dir=data_dir.expanduser(),
+        namesrv_port=namesrv_port,
+        broker_port=broker_port,
+        namesrv_metrics_port=namesrv_metrics_port,
+        broker_metrics_port=broker_metrics_port,
+    )
+
+    def report(running: LocalCluster) -> None:
+        endpoints = running.endpoints()
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "namesrv": running.namesrv.address,
+                        "data_dir": str(running.data_dir),
+                        "components": endpoints,
+                    }
+                ),
+                flush=True,
+            )
+            return
+        print(f"orbitmq local cluster is up (data in {running.data_dir})")
+        for name, info in endpoints.items():
+            print(f"  {name:<16} {info['address']:<22} metrics {info['metrics']}")
+        print(f"  export ORBITMQ_NAMESRV={running.namesrv.address}")
+        print("  Ctrl-C stops it; the next `orbitmq local up` continues on the same data.", flush=True)
+
+    sys.exit(asyncio.run(run_local(cluster, report)))
