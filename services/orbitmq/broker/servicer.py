@@ -234,13 +234,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
 
     async def QueryConsumerOffset(self, request, context):
         validate_group_name(request.consumer_group)
-        self.b.topics.require(request.topic)
+        self.b.topics.for_read(request.topic, request.queue_id)
         offset = self.b.offsets.query(request.consumer_group, request.topic, request.queue_id)
         return broker_pb2.QueryConsumerOffsetResponse(offset=offset)
 
     async def UpdateConsumerOffset(self, request, context):
         validate_group_name(request.consumer_group)
-        self.b.topics.require(request.topic)
+        self.b.topics.for_read(request.topic, request.queue_id)
         if request.offset < 0:
             raise RpcFailure(ErrorReason.INVALID_OFFSET, f"offset {request.offset} must not be negative")
         self.b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset)
@@ -333,6 +333,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def QueryMessageByKey(self, request, context):
         self.b.topics.require(request.topic)
         end = request.end_timestamp_ms or (1 << 62)
+        if request.begin_timestamp_ms < 0 or end < request.begin_timestamp_ms or request.max_num < 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"time range [{request.begin_timestamp_ms}, {request.end_timestamp_ms}] and max "
+                f"{request.max_num} must be non-negative with begin <= end",
+            )
+        if not request.key:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, "a key query needs a key")
         found = self.b.store.query_by_key(
             request.topic,
             request.key,

@@ -267,9 +267,7 @@ class Admin:
 
 
 def _is_reason(error: Exception, reason: int) -> bool:
-    from orbitmq.common.rpc import failure_of
-
-    failure = (
-        error if isinstance(error, RpcFailure) else (failure_of(error) if hasattr(error, "code") else None)
-    )  # type: ignore[arg-type]
+    if isinstance(error, RpcFailure):
+        return error.reason == reason
+    failure = failure_of(error) if isinstance(error, grpc.aio.AioRpcError) else None
     return failure is not None and failure.reason == reason

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -83,6 +84,9 @@ def _as_failure(error: Exception) -> RpcFailure | None:
         return error
     if isinstance(error, InvalidNameError):
         return RpcFailure(ErrorReason.INVALID_NAME, str(error))
+    if isinstance(error, OrbitError) and isinstance(error, ValueError):
+        # Validation errors raised below the servicer (offset tables, codecs) name the value.
+        return RpcFailure(ErrorReason.INVALID_ARGUMENT, str(error))
     return None
 
 
@@ -90,8 +94,38 @@ async def _abort(context: grpc.aio.ServicerContext, failure: RpcFailure) -> None
     await context.abort_with_status(_status_of(failure))
 
 
+class _Malformed:
+    """Stands in for a request whose bytes did not parse, so the handler can answer with a reason."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _safe_deserializer(deserialize: Callable[[bytes], Any] | None, method: str) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data) if deserialize else data
+        except DecodeError as error:
+            return _Malformed(f"malformed request to {method}: {error}")
+
+    return parse
+
+
+def _check_parsed(request: Any) -> None:
+    if isinstance(request, _Malformed):
+        raise RpcFailure(ErrorReason.INVALID_ARGUMENT, request.problem)
+
+
+async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        _check_parsed(request)
+        yield request
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns :class:`RpcFailure` into statuses with ErrorInfo; logs anything unexpected."""
+    """Turns :class:`RpcFailure` (and unparseable requests) into statuses with ErrorInfo."""
 
     async def intercept_service(
         self,
@@ -102,11 +136,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method
+        parse = _safe_deserializer(handler.request_deserializer, method)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
+                    _check_parsed(request)
                     return await inner(request, context)
                 except Exception as error:
                     failure = _as_failure(error)
@@ -114,15 +150,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     await _abort(context, failure)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary_unary, handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.unary_unary_rpc_method_handler(unary_unary, parse, handler.response_serializer)
         if handler.stream_stream is not None:
             stream_inner = handler.stream_stream
 
             async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 try:
-                    async for response in stream_inner(requests, context):
+                    async for response in stream_inner(_checked_stream(requests), context):
                         yield response
                 except Exception as error:
                     failure = _as_failure(error)
@@ -131,9 +165,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     await _abort(context, failure)
 
-            return grpc.stream_stream_rpc_method_handler(
-                stream_stream, handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.stream_stream_rpc_method_handler(stream_stream, parse, handler.response_serializer)
         return handler
 
 
