@@ -76,6 +76,21 @@ def bench_store(
     )
 
 
+@bench.command("send")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option("--messages", default=20_000, show_default=True, type=click.IntRange(1_000, 1_000_000))
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_send(as_json: bool, messages: int, work_dir: Path | None) -> None:
+    """Broker send/pull figures against a bare gRPC echo server (also: orbitmq bench pull)."""
+    from orbitmq.bench.broker import run
+    from orbitmq.bench.figures import emit
+
+    run(lambda f: emit(f, as_json), messages=messages, work_dir=work_dir)
+
+
+bench.add_command(bench_send, "pull")
+
+
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command

@@ -1,0 +1,268 @@
+"""``orbitmq bench send`` / ``bench pull``: a live broker against a bare gRPC echo server.
+
+Both servers run as separate processes; this process drives them with the same payloads and
+concurrency. Figures (1 KiB bodies):
+
+* ``send_unbatched`` — sync sends, one message per call, 16 in flight; baseline: echo calls
+  with the same request bytes and concurrency.
+* ``send_batched_128`` — 128 messages per call; baseline: echo of the same batch bytes.
+* ``pull_batch_32`` — messages/s pulled 32 at a time from a preloaded topic (4 queues, one
+  puller each); baseline: echo calls returning nothing, counted as 32 messages each.
+* ``produce_to_pull_p99_ms`` — sends paced at 1 000 msg/s while long-polling pullers consume;
+  latency from just before the send to receipt.
+* ``broker_idle_rss_mb`` — the broker process's resident memory at rest after start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from orbitmq.bench.figures import Figure
+from orbitmq.common.server import GRPC_OPTIONS
+from orbitmq.store.record import decode
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+TOPIC = "BenchTopic"
+QUEUES = 4
+
+
+class Process:
+    """A child process that prints ``... listening on ADDRESS ...`` once it is serving."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert self.popen.stdout is not None
+        line = self.popen.stdout.readline()
+        if "listening on " not in line:
+            self.popen.kill()
+            raise RuntimeError(f"{args[2:4]} did not start: {line!r}")
+        self.address = line.split("listening on ")[1].split()[0]
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.popen.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(15)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+
+
+def _send_request(count: int, body: bytes, queue_id: int = -1) -> broker_pb2.SendMessageRequest:
+    return broker_pb2.SendMessageRequest(
+        producer_group="bench",
+        topic=TOPIC,
+        queue_id=queue_id,
+        messages=[
+            common_pb2.Message(topic=TOPIC, body=body, properties={"TAGS": "TagA"}) for _ in range(count)
+        ],
+    )
+
+
+async def _drive(call: Callable[[], object], calls: int, concurrency: int) -> float:
+    """Run ``calls`` awaits of ``call()`` with ``concurrency`` in flight; returns seconds."""
+    remaining = calls
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await call()  # type: ignore[misc]
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+async def _measure(broker: str, echo: str, emit: Callable[[Figure], None], messages: int) -> None:
+    body = os.urandom(1024)
+    async with (
+        grpc.aio.insecure_channel(broker, options=GRPC_OPTIONS) as broker_channel,
+        grpc.aio.insecure_channel(echo, options=GRPC_OPTIONS) as echo_channel,
+    ):
+        stub = broker_pb2_grpc.BrokerStub(broker_channel)
+        echo_call = echo_channel.unary_unary("/bench.Echo/Call")
+        await stub.CreateTopic(
+            broker_pb2.CreateTopicRequest(
+                topic=common_pb2.TopicConfig(
+                    topic_name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES
+                )
+            )
+        )
+        single = _send_request(1, body)
+        single_bytes = single.SerializeToString()
+        await _drive(lambda: stub.SendMessage(single), 500, 16)  # warm up both paths
+        await _drive(lambda: echo_call(single_bytes), 500, 16)
+        broker_s = await _drive(lambda: stub.SendMessage(single), messages, 16)
+        echo_s = await _drive(lambda: echo_call(single_bytes), messages, 16)
+        emit(
+            Figure(
+                "send_unbatched",
+                messages / broker_s,
+                "msg/s",
+                messages / echo_s,
+                "grpc.aio echo, same request bytes, 16 in flight",
+                "ratio >= 0.7",
+            )
+        )
+
+        batch = _send_request(128, body)
+        batch_bytes = batch.SerializeToString()
+        batches = max(20, messages // 128)
+        broker_s = await _drive(lambda: stub.SendMessage(batch), batches, 4)
+        echo_s = await _drive(lambda: echo_call(batch_bytes), batches, 4)
+        emit(
+            Figure(
+                "send_batched_128",
+                batches * 128 / broker_s,
+                "msg/s",
+                batches * 128 / echo_s,
+                "grpc.aio echo of the same 128-message batch, 4 in flight",
+                ">= 100000 msg/s, ratio >= 0.4",
+            )
+        )
+
+        emit(await _pull_figure(stub, echo_call))
+        emit(await _latency_figure(stub, body))
+
+
+async def _pull_figure(stub: broker_pb2_grpc.BrokerStub, echo_call: Callable[..., object]) -> Figure:
+    counts = {}
+    for queue_id in range(QUEUES):
+        counts[queue_id] = (
+            await stub.GetMaxOffset(broker_pb2.QueueRequest(topic=TOPIC, queue_id=queue_id))
+        ).offset
+
+    async def puller(queue_id: int) -> int:
+        offset, got = 0, 0
+        while offset < counts[queue_id]:
+            reply = await stub.PullMessage(
+                broker_pb2.PullMessageRequest(
+                    consumer_group="bench-pull",
+                    topic=TOPIC,
+                    queue_id=queue_id,
+                    queue_offset=offset,
+                    max_msg_nums=32,
+                    commit_offset=-1,
+                )
+            )
+            got += len(reply.records)
+            offset = reply.next_begin_offset
+        return got
+
+    started = time.perf_counter()
+    total = sum(await asyncio.gather(*(puller(q) for q in range(QUEUES))))
+    elapsed = time.perf_counter() - started
+    calls = total // 32 + 1
+    echo_s = await _drive(lambda: echo_call(b""), calls, QUEUES)
+    return Figure(
+        "pull_batch_32",
+        total / elapsed,
+        "msg/s",
+        calls * 32 / echo_s,
+        "grpc.aio echo calls counted as 32 messages each, 4 in flight",
+        ">= 100000 msg/s",
+    )
+
+
+async def _latency_figure(stub: broker_pb2_grpc.BrokerStub, body: bytes) -> Figure:
+    """Paced sends at 1 000 msg/s for 3 s; long-polling pullers record send → receipt latency."""
+    rate, seconds = 1000, 3
+    starts = {
+        q: (await stub.GetMaxOffset(broker_pb2.QueueRequest(topic=TOPIC, queue_id=q))).offset
+        for q in range(QUEUES)
+    }
+    latencies: list[float] = []
+    stop = asyncio.Event()
+
+    async def puller(queue_id: int) -> None:
+        offset = starts[queue_id]
+        while not stop.is_set():
+            reply = await stub.PullMessage(
+                broker_pb2.PullMessageRequest(
+                    consumer_group="bench-latency",
+                    topic=TOPIC,
+                    queue_id=queue_id,
+                    queue_offset=offset,
+                    max_msg_nums=32,
+                    commit_offset=-1,
+                    suspend_timeout_ms=500,
+                )
+            )
+            now = time.time_ns()
+            for record in reply.records:
+                sent_ns = int(decode(record).properties["SENT_NS"])
+                latencies.append((now - sent_ns) / 1e6)
+            offset = reply.next_begin_offset
+
+    pullers = [asyncio.ensure_future(puller(q)) for q in range(QUEUES)]
+    await asyncio.sleep(0.2)
+    began = time.perf_counter()
+    for i in range(rate * seconds):
+        delay = began + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        request = broker_pb2.SendMessageRequest(
+            producer_group="bench",
+            topic=TOPIC,
+            queue_id=i % QUEUES,
+            messages=[
+                common_pb2.Message(topic=TOPIC, body=body, properties={"SENT_NS": str(time.time_ns())})
+            ],
+        )
+        await stub.SendMessage(request)
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.gather(*pullers)
+    latencies.sort()
+    p99 = latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan")
+    return Figure(
+        "produce_to_pull_p99_ms", p99, "ms", None, f"{len(latencies)} messages at {rate} msg/s", "<= 20"
+    )
+
+
+def run(emit: Callable[[Figure], None], *, messages: int, work_dir: Path | None) -> None:
+    data = Path(tempfile.mkdtemp(prefix="orbitmq-bench-broker-", dir=work_dir))
+    broker = Process(
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--data-dir",
+            str(data),
+            "--namesrv",
+            "",
+        ]
+    )
+    echo = Process([sys.executable, "-m", "orbitmq.bench.echo"])
+    try:
+        time.sleep(1.0)
+        idle = broker.rss_mb()
+        emit(Figure("broker_idle_rss_mb", idle, "MB", None, "broker process at rest after start", "<= 150"))
+        asyncio.run(_measure(broker.address, echo.address, emit, messages))
+    finally:
+        broker.stop()
+        echo.stop()
+        import shutil
+
+        shutil.rmtree(data, ignore_errors=True)

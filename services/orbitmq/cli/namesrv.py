@@ -1,0 +1,46 @@
+"""``orbitmq namesrv``: run a name server until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from orbitmq.cli.common import settings_or_exit
+from orbitmq.nameserver.settings import ENV_PREFIX, NameServerSettings
+
+SETTINGS_EXIT_CODE = 2
+"""Bad settings are a usage error (click's code for one), distinct from a crash (1)."""
+
+
+@click.command("namesrv")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="YAML/JSON settings file (field names as in NameServerSettings).",
+)
+@click.option("--listen", help="gRPC address, default 0.0.0.0:9876.")
+@click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:9877; '' disables.")
+@click.option("--broker-expiry-ms", type=int, help="Drop a broker silent this long, default 120000.")
+def namesrv(config_file: Path | None, **flags: object) -> None:
+    """Run a name server: the route registry brokers register with and clients query.
+
+    Settings come from --config, then ORBITMQ_NAMESRV_<FIELD> environment variables, then flags.
+    """
+    from orbitmq.nameserver.server import run
+
+    try:
+        settings = settings_or_exit(NameServerSettings, config_file, ENV_PREFIX, flags)
+    except click.ClickException as error:
+        error.exit_code = SETTINGS_EXIT_CODE
+        raise
+    try:
+        asyncio.run(run(settings))
+    except OSError as error:
+        raise click.ClickException(f"namesrv could not start: {error}") from None
+
+
+if __name__ == "__main__":
+    namesrv()

@@ -1,0 +1,1 @@
+"""Message filters evaluated by brokers: SQL92 property conditions."""

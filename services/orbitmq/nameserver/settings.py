@@ -1,0 +1,43 @@
+"""Typed name server settings, loaded by :func:`orbitmq.common.settings.load_settings`.
+
+Sources, later winning field by field: a YAML/JSON file (``--config``), environment variables
+``ORBITMQ_NAMESRV_<FIELD>`` (e.g. ``ORBITMQ_NAMESRV_BROKER_EXPIRY_MS``), then command-line flags.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orbitmq.common.server import split_host_port
+from orbitmq.nameserver.routes import DEFAULT_BROKER_EXPIRY_MS
+
+ENV_PREFIX = "ORBITMQ_NAMESRV_"
+
+
+class NameServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listen: str = "0.0.0.0:9876"
+    """gRPC address for brokers and clients (RocketMQ's name server port 9876)."""
+    metrics_listen: str | None = "0.0.0.0:9877"
+    """Prometheus /metrics HTTP address, next to the gRPC port; None or empty disables it."""
+    broker_expiry_ms: int = Field(default=DEFAULT_BROKER_EXPIRY_MS, ge=1)
+    """A broker silent this long is dropped: 120 s is four missed 30 s heartbeats, so one lost
+    heartbeat or a short pause never unroutes a healthy broker. A broker may ask for less."""
+    scan_interval_ms: int = Field(default=5_000, ge=10)
+    """How often expired brokers are dropped (routes already skip them between scans)."""
+    grace_ms: int = Field(default=5_000, ge=0)
+    """On SIGTERM, how long in-flight calls may finish after health turns NOT_SERVING."""
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        split_host_port(value)
+        return value
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_metrics_listen(cls, value: str | None) -> str | None:
+        if value:
+            split_host_port(value)
+        return value or None
