@@ -120,6 +120,7 @@ class Broker:
         self._tasks.spawn("sweep", self._sweep_loop())
         self._tasks.spawn("persist-config", self._persist_loop())
         if settings.namesrv_addrs:
+            await self._register_all()  # routable before anyone is told the broker is up
             self._tasks.spawn("register", self._register_loop())
         log.info(
             "broker %s (%s) serving on %s", settings.broker_name, settings.broker_role.value, self.address
@@ -265,10 +266,10 @@ class Broker:
     async def _register_loop(self) -> None:
         interval = self.settings.register_interval_ms / 1000
         while True:
-            await self._register_all()
-            self._register_now.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._register_now.wait(), interval)
+            self._register_now.clear()
+            await self._register_all()
 
     def _namesrv(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
         channel = self._namesrv_channels.get(address)

@@ -95,10 +95,12 @@ def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command
     from orbitmq.cli.local import local
+    from orbitmq.cli.namesrv import namesrv
 
     main.add_command(broker_command)
     main.add_command(admin)
     main.add_command(local)
+    main.add_command(namesrv)
 
 
 _register_commands()
