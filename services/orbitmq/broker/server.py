@@ -319,16 +319,19 @@ class Broker:
 
 async def run(settings: BrokerSettings) -> None:
     """Run a broker until SIGTERM or SIGINT, then stop gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (
+        signal.SIGTERM,
+        signal.SIGINT,
+    ):  # before start: a signal during start-up still stops cleanly
+        loop.add_signal_handler(signum, stop.set)
     broker = Broker(settings)
     await broker.start()
     print(
         f"broker {settings.broker_name} listening on {broker.address} metrics {broker.grpc.metrics_url}",
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     try:
         await stop.wait()
     finally:
