@@ -76,10 +76,13 @@ def crd(plural: str, kind: str, spec_schema: dict[str, Any], required: list[str]
 
 def apply_crd(cluster: K8sCluster, manifest: dict[str, Any]) -> None:
     """Apply a CRD and wait until the API server serves it (Established)."""
+    name = manifest["metadata"]["name"]
     cluster.apply(manifest)
-    cluster.kubectl(
-        "wait", "--for=condition=Established", f"crd/{manifest['metadata']['name']}", "--timeout=60s"
-    )
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    # Established comes slightly before the watch cache for the new resource is initialized
+    # (requests get 429 "storage is (re)initializing"); kubectl retries those, so one list
+    # makes sure watchers such as kopf start against a ready resource.
+    cluster.kubectl("get", name, "--all-namespaces")
 
 
 def test_control_plane_versions_and_fake_node(k8s_cluster: K8sCluster) -> None:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -108,14 +108,17 @@ async def _measure(broker: str, echo: str, emit: Callable[[Figure], None], messa
         single_bytes = single.SerializeToString()
         await _drive(lambda: stub.SendMessage(single), 500, 16)  # warm up both paths
         await _drive(lambda: echo_call(single_bytes), 500, 16)
-        broker_s = await _drive(lambda: stub.SendMessage(single), messages, 16)
-        echo_s = await _drive(lambda: echo_call(single_bytes), messages, 16)
+        broker_rate, echo_rate = await _interleaved(
+            lambda: _drive(lambda: stub.SendMessage(single), messages // ROUNDS, 16),
+            lambda: _drive(lambda: echo_call(single_bytes), messages // ROUNDS, 16),
+            messages // ROUNDS,
+        )
         emit(
             Figure(
                 "send_unbatched",
-                messages / broker_s,
+                broker_rate,
                 "msg/s",
-                messages / echo_s,
+                echo_rate,
                 "grpc.aio echo, same request bytes, 16 in flight",
                 "ratio >= 0.7",
             )
@@ -123,15 +126,18 @@ async def _measure(broker: str, echo: str, emit: Callable[[Figure], None], messa
 
         batch = _send_request(128, body)
         batch_bytes = batch.SerializeToString()
-        batches = max(20, messages // 128)
-        broker_s = await _drive(lambda: stub.SendMessage(batch), batches, 4)
-        echo_s = await _drive(lambda: echo_call(batch_bytes), batches, 4)
+        batches = max(20, messages // 128 // ROUNDS)
+        broker_rate, echo_rate = await _interleaved(
+            lambda: _drive(lambda: stub.SendMessage(batch), batches, 4),
+            lambda: _drive(lambda: echo_call(batch_bytes), batches, 4),
+            batches * 128,
+        )
         emit(
             Figure(
                 "send_batched_128",
-                batches * 128 / broker_s,
+                broker_rate,
                 "msg/s",
-                batches * 128 / echo_s,
+                echo_rate,
                 "grpc.aio echo of the same 128-message batch, 4 in flight",
                 ">= 100000 msg/s, ratio >= 0.4",
             )
@@ -139,6 +145,20 @@ async def _measure(broker: str, echo: str, emit: Callable[[Figure], None], messa
 
         emit(await _pull_figure(stub, echo_call))
         emit(await _latency_figure(stub, body))
+
+
+ROUNDS = 3
+
+
+async def _interleaved(
+    broker_round: Callable[[], Awaitable[float]], echo_round: Callable[[], Awaitable[float]], per_round: int
+) -> tuple[float, float]:
+    """Alternate broker and echo rounds and keep the best of each: both see the same machine."""
+    broker_best = echo_best = 0.0
+    for _ in range(ROUNDS):
+        broker_best = max(broker_best, per_round / await broker_round())
+        echo_best = max(echo_best, per_round / await echo_round())
+    return broker_best, echo_best
 
 
 async def _pull_figure(stub: broker_pb2_grpc.BrokerStub, echo_call: Callable[..., object]) -> Figure:
@@ -167,14 +187,16 @@ async def _pull_figure(stub: broker_pb2_grpc.BrokerStub, echo_call: Callable[...
 
     started = time.perf_counter()
     total = sum(await asyncio.gather(*(puller(q) for q in range(QUEUES))))
-    elapsed = time.perf_counter() - started
-    calls = total // 32 + 1
-    echo_s = await _drive(lambda: echo_call(b""), calls, QUEUES)
+    rate = total / (time.perf_counter() - started)
+    calls = total // 32 // ROUNDS + 1
+    echo_best = 0.0
+    for _ in range(ROUNDS):
+        echo_best = max(echo_best, calls * 32 / await _drive(lambda: echo_call(b""), calls, QUEUES))
     return Figure(
         "pull_batch_32",
-        total / elapsed,
+        rate,
         "msg/s",
-        calls * 32 / echo_s,
+        echo_best,
         "grpc.aio echo calls counted as 32 messages each, 4 in flight",
         ">= 100000 msg/s",
     )

@@ -49,14 +49,27 @@ class BrokerMetrics:
             registry=registry,
         )
 
+        self._send_latency = self.send_latency.labels(broker_name)
+        self._pull_latency = self.pull_latency.labels(broker_name)
+        self._put_by_topic: dict[str, Counter] = {}
+        self._got_by_key: dict[tuple[str, str], Counter] = {}
+
     def observe_send(self, topic: str, count: int, seconds: float) -> None:
-        self.messages_put.labels(topic, self.broker_name).inc(count)
-        self.send_latency.labels(self.broker_name).observe(seconds)
+        counter = self._put_by_topic.get(topic)
+        if counter is None:  # labels() is a locked lookup; keep the children
+            counter = self._put_by_topic[topic] = self.messages_put.labels(topic, self.broker_name)
+        counter.inc(count)
+        self._send_latency.observe(seconds)
 
     def observe_pull(self, group: str, topic: str, count: int, seconds: float) -> None:
         if count:
-            self.messages_got.labels(group, topic, self.broker_name).inc(count)
-        self.pull_latency.labels(self.broker_name).observe(seconds)
+            counter = self._got_by_key.get((group, topic))
+            if counter is None:
+                counter = self._got_by_key[(group, topic)] = self.messages_got.labels(
+                    group, topic, self.broker_name
+                )
+            counter.inc(count)
+        self._pull_latency.observe(seconds)
 
 
 class BrokerStateCollector(Collector):

@@ -42,6 +42,7 @@ _NO_NEW = (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE)
 _MOVED = (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL)
 _EMPTY_QUEUE = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
 MAX_PULL_BATCH = 1024
+_DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED})
 
 
 def put_failure(result: PutResult) -> RpcFailure:
@@ -67,25 +68,31 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         config = b.topics.for_send(request.topic, request.default_topic_queue_nums)
         queue_id = b.topics.pick_queue(config, request.queue_id)
         born_host = request.born_host or _peer_host(context)
+        born_ms = request.born_timestamp_ms or b.clock.now_ms()
+        sys_flag, reconsume = request.sys_flag, request.reconsume_times
+        topic = request.topic
         messages = []
         for message in request.messages:
-            if message.topic and message.topic != request.topic:
+            if message.topic and message.topic != topic:
                 raise RpcFailure(
                     ErrorReason.MESSAGE_ILLEGAL,
-                    f"message topic {message.topic!r} differs from the request's topic {request.topic!r}",
+                    f"message topic {message.topic!r} differs from the request's topic {topic!r}",
                 )
+            properties = dict(message.properties)
             inbound = InboundMessage(
-                topic=request.topic,
-                body=message.body,
-                queue_id=queue_id,
-                properties=dict(message.properties),
-                flag=message.flag,
-                sys_flag=request.sys_flag,
-                born_timestamp_ms=request.born_timestamp_ms or b.clock.now_ms(),
-                born_host=born_host,
-                reconsume_times=request.reconsume_times,
+                topic,
+                message.body,
+                queue_id,
+                properties,
+                message.flag,
+                sys_flag,
+                born_ms,
+                born_host,
+                reconsume,
             )
-            messages.append(self._route(inbound, request.producer_group))
+            if sys_flag or _DETOUR_KEYS & properties.keys():
+                inbound = self._route(inbound, request.producer_group)
+            messages.append(inbound)
         result = await b.put(messages)
         if result.status not in _SEND_STATUS:
             raise put_failure(result)
@@ -93,7 +100,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         first = result.first
         return broker_pb2.SendMessageResponse(
             status=_SEND_STATUS[result.status],
-            msg_ids=[m.msg_id for m in result.messages],
+            msg_ids=result.messages.msg_ids(),  # type: ignore[attr-defined]
             queue_id=queue_id,
             queue_offset=first.queue_offset,
             broker_name=b.settings.broker_name,

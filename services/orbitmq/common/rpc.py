@@ -132,10 +132,22 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None:
+            return cached
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method = handler_call_details.method
+        wrapped = self._wrap(handler, method)
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+        """Wrapped handlers by method: built once, not on every call."""
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         parse = _safe_deserializer(handler.request_deserializer, method)
         if handler.unary_unary is not None:
             inner = handler.unary_unary

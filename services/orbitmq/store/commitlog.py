@@ -22,7 +22,7 @@ from orbitmq.store.mapped_file import (
     fsync_directory,
     list_offset_files,
 )
-from orbitmq.store.message_id import encode_offset_msg_id
+from orbitmq.store.message_id import encode_offset_msg_id, msg_id_prefix
 from orbitmq.store.record import (
     BLANK_MAGIC,
     BLANK_MIN_BYTES,
@@ -105,6 +105,10 @@ class AppendedBatch(Sequence[AppendedMessage]):
 
     def __len__(self) -> int:
         return len(self.sizes)
+
+    def msg_ids(self) -> list[str]:
+        prefix = msg_id_prefix(self.store_host)
+        return [f"{prefix}{offset:016X}" for offset in self.physical_offsets()]
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from functools import lru_cache
 
 from orbitmq.store.record import decode_host, encode_host
 
@@ -17,12 +18,18 @@ _V4 = struct.Struct("!4sIq")
 _V6 = struct.Struct("!16sIq")
 
 
-def encode_offset_msg_id(store_host: str, physical_offset: int) -> str:
+@lru_cache(maxsize=256)
+def msg_id_prefix(store_host: str) -> str:
+    """The hex of address and port: everything of an offset id except the offset."""
     packed, port = encode_host(store_host)
     mapped = ipaddress.IPv6Address(packed).ipv4_mapped
     if mapped is not None:
-        return _V4.pack(mapped.packed, port, physical_offset).hex().upper()
-    return _V6.pack(packed, port, physical_offset).hex().upper()
+        return _V4.pack(mapped.packed, port, 0).hex().upper()[:-16]
+    return _V6.pack(packed, port, 0).hex().upper()[:-16]
+
+
+def encode_offset_msg_id(store_host: str, physical_offset: int) -> str:
+    return f"{msg_id_prefix(store_host)}{physical_offset:016X}"
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
