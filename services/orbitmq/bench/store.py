@@ -217,6 +217,7 @@ def run(
     root = Path(tempfile.mkdtemp(prefix="orbitmq-bench-", dir=work_dir))
     try:
         async_dir, sync_dir = root / "async", root / "sync"
+        os.sync()
         rate, record_bytes = asyncio.run(_append_async(async_dir, messages, 32))
         baseline = raw_write_rate(root, record_bytes, messages)
         emit(
@@ -235,6 +236,7 @@ def run(
         )
         shutil.rmtree(root / "async-single")
 
+        os.sync()  # earlier figures' page-cache writeback must not compete with these fsyncs
         sync_rate = asyncio.run(_append_sync(sync_dir, sync_messages, 16))
         emit(
             Figure(

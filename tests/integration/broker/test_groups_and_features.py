@@ -360,3 +360,18 @@ async def test_admin_topics_groups_reset_and_runtime(broker: RunningBroker) -> N
     }
     assert groups["G2"].retry_max_times == 5
     await stub.DeleteSubscriptionGroup(broker_pb2.DeleteSubscriptionGroupRequest(group_name="G2"))
+
+
+async def test_default_retry_delay_level_is_three_plus_reconsume_times(broker: RunningBroker) -> None:
+    store = broker.broker.store
+    sent = await broker.stub.SendMessage(send_request("Redo", b"again", queue_id=0))
+    offset = sent.commit_log_offset
+    for reconsume, level in ((0, 3), (1, 4), (2, 5)):
+        await broker.stub.SendBack(broker_pb2.SendBackRequest(consumer_group="CG", commit_log_offset=offset))
+        store.dispatch_pending()
+        queue = store.consume_queue("SCHEDULE_TOPIC_XXXX", level - 1)
+        assert queue is not None and queue.max_offset == 1, f"reconsume {reconsume} should wait at level {level}"
+        waiting = store.message_at(queue.unit_at(0)[0])  # type: ignore[index]
+        assert waiting is not None and waiting.reconsume_times == reconsume + 1
+        assert waiting.properties["REAL_TOPIC"] == "%RETRY%CG" and waiting.properties["DELAY"] == str(level)
+        offset = waiting.physical_offset
