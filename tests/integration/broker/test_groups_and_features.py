@@ -370,7 +370,9 @@ async def test_default_retry_delay_level_is_three_plus_reconsume_times(broker: R
         await broker.stub.SendBack(broker_pb2.SendBackRequest(consumer_group="CG", commit_log_offset=offset))
         store.dispatch_pending()
         queue = store.consume_queue("SCHEDULE_TOPIC_XXXX", level - 1)
-        assert queue is not None and queue.max_offset == 1, f"reconsume {reconsume} should wait at level {level}"
+        assert queue is not None and queue.max_offset == 1, (
+            f"reconsume {reconsume} should wait at level {level}"
+        )
         waiting = store.message_at(queue.unit_at(0)[0])  # type: ignore[index]
         assert waiting is not None and waiting.reconsume_times == reconsume + 1
         assert waiting.properties["REAL_TOPIC"] == "%RETRY%CG" and waiting.properties["DELAY"] == str(level)
