@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from brokerkit import RunningBroker, start_broker, stop_broker
 from click.testing import CliRunner
 from test_send_pull import pull_request, send_request
 
-from conftest import RunningBroker, start_broker, stop_broker
 from orbitmq.cli.main import main
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from brokerkit import start_broker, stop_broker
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_send_pull import pull_request, send_request
 
-from conftest import start_broker, stop_broker
 from orbitmq.store.record import decode
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import PullStatus

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from brokerkit import RunningBroker, start_broker, stop_broker
 from test_send_pull import expect_failure, pull_request, send_request
 
-from conftest import RunningBroker, start_broker, stop_broker
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.record import decode
 from orbitmq.v1 import broker_pb2, common_pb2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from brokerkit import RunningBroker, start_broker, stop_broker
 
-from conftest import RunningBroker, start_broker, stop_broker
 from orbitmq.common.rpc import failure_of
 from orbitmq.store.record import decode
 from orbitmq.v1 import broker_pb2, common_pb2

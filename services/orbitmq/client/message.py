@@ -1,0 +1,90 @@
+"""The message type applications build, and what a send returns."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from orbitmq.common.topics import KEY_SEPARATOR, Property
+from orbitmq.v1 import common_pb2
+from orbitmq.v1.broker_pb2 import SendStatus as _WireSendStatus
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send: ``tags`` filter on the broker, ``keys`` are indexed for queries."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: list[str] | str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    """1..18: deliver after 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h."""
+    flag: int = 0
+
+    def to_proto(self, unique_key: str) -> common_pb2.Message:
+        properties = dict(self.properties)
+        if self.tags:
+            properties[Property.TAGS] = self.tags
+        if self.keys:
+            keys = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys)
+            properties[Property.KEYS] = keys
+        if self.delay_level:
+            if not 0 < self.delay_level <= 18:
+                raise ValueError(f"delay level {self.delay_level} must be between 1 and 18")
+            properties[Property.DELAY] = str(self.delay_level)
+        properties.setdefault(Property.UNIQ_KEY, unique_key)
+        return common_pb2.Message(topic=self.topic, body=self.body, properties=properties, flag=self.flag)
+
+
+class SendStatus(Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+    @classmethod
+    def from_wire(cls, status: int) -> SendStatus:
+        return cls[_WireSendStatus.Name(status)]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    """The producer's unique key (RocketMQ's msgId)."""
+    offset_msg_id: str
+    """Where the broker stored it (broker address + commit-log offset)."""
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str = ""
+    commit_log_offset: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "status": self.status.value,
+            "msg_id": self.msg_id,
+            "offset_msg_id": self.offset_msg_id,
+            "broker": self.broker_name,
+            "queue": self.queue_id,
+            "queue_offset": self.queue_offset,
+        }
+
+
+class UniqueKeys:
+    """RocketMQ-style unique keys: a per-process prefix, then time and a counter (32 hex)."""
+
+    def __init__(self) -> None:
+        self._prefix = f"{os.getpid() & 0xFFFF:04X}{random.getrandbits(48):012X}"
+        self._start_ms = int(time.time() * 1000)
+        self._counter = itertools.count()
+
+    def next(self) -> str:
+        elapsed = int(time.time() * 1000) - self._start_ms
+        return f"{self._prefix}{elapsed & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFFFFFF:08X}"

@@ -1,0 +1,427 @@
+"""Producers (RocketMQ's DefaultMQProducer and TransactionMQProducer), asyncio-native.
+
+A producer learns each topic's write queues from the name servers, picks a queue round-robin
+(skipping brokers that latency-based fault avoidance has set aside), and retries a retriable
+failure on another broker. Ordered messages pick their queue by a hash of a sharding key
+instead, and are never moved to another queue. Routes are refreshed every 30 s and after a
+failure; producers heartbeat their group to the brokers they use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from orbitmq.client.channels import Channels
+from orbitmq.client.faults import LatencyFaults
+from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
+from orbitmq.client.session import BrokerSessions
+from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.common.tasks import TaskSet
+from orbitmq.common.topics import Property
+from orbitmq.store.record import StoredMessage, decode
+from orbitmq.v1 import broker_pb2, nameserver_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
+
+log = logging.getLogger(__name__)
+
+NAMESRV_ENV = "ORBITMQ_NAMESRV"
+MASTER_ID = 0
+WRITE = 2
+RETRIABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+RETRIABLE_REASONS = (ErrorReason.SERVICE_NOT_AVAILABLE, ErrorReason.SLAVE_READ_ONLY)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteQueue:
+    broker_name: str
+    queue_id: int
+    address: str
+
+
+def client_id() -> str:
+    """``host@pid``: unique per process, stable for its lifetime (RocketMQ's clientId)."""
+    return f"{socket.gethostname()}@{os.getpid()}"
+
+
+def sharding_queue(key: str, count: int) -> int:
+    """Queue for an ordered key: hash first (crc32), then modulo, so keys spread evenly."""
+    return zlib.crc32(key.encode()) % count
+
+
+class Producer:
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | None = None,
+        *,
+        send_timeout_ms: int = 3_000,
+        retry_times: int = 2,
+        route_refresh_ms: int = 30_000,
+        heartbeat_ms: int = 30_000,
+        default_topic_queue_nums: int = 4,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        validate_group_name(group)
+        self.group = group
+        self.client_id = client_id()
+        self._channels = Channels(namesrv or os.environ.get(NAMESRV_ENV, "127.0.0.1:9876"))
+        self._send_timeout_s = send_timeout_ms / 1000
+        self._retry_times = retry_times
+        self._route_refresh_s = route_refresh_ms / 1000
+        self._heartbeat_s = heartbeat_ms / 1000
+        self._default_queue_nums = default_topic_queue_nums
+        self._routes: dict[str, list[WriteQueue]] = {}
+        self._round_robin: dict[str, int] = {}
+        self._brokers: set[str] = set()
+        self._faults = LatencyFaults(clock)
+        self._keys = UniqueKeys()
+        self._tasks = TaskSet(f"producer:{group}")
+        self._pending: set[asyncio.Task[Any]] = set()
+        self._started = False
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        self._started = True
+        self._tasks.spawn("route-refresh", self._refresh_loop())
+        self._tasks.spawn("heartbeat", self._heartbeat_loop())
+
+    async def close(self) -> None:
+        """Wait for in-flight async sends, leave the brokers, close channels; idempotent."""
+        if not self._started:
+            return
+        self._started = False
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=self._send_timeout_s)
+        await self._tasks.close()
+        for address in list(self._brokers):
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self._channels.broker(address).UnregisterClient(
+                    broker_pb2.UnregisterClientRequest(client_id=self.client_id, producer_group=self.group),
+                    timeout=2,
+                )
+        await self._channels.close()
+
+    # -- routes --------------------------------------------------------------------------------
+
+    async def write_queues(self, topic: str, *, refresh: bool = False) -> list[WriteQueue]:
+        if refresh or topic not in self._routes:
+            self._routes[topic] = await self._fetch_route(topic)
+        return self._routes[topic]
+
+    async def _fetch_route(self, topic: str) -> list[WriteQueue]:
+        try:
+            route = await self._channels.namesrv_call(
+                "QueryRoute", nameserver_pb2.QueryRouteRequest(topic=topic)
+            )
+        except grpc.aio.AioRpcError as error:
+            failure = failure_of(error)
+            if failure is None or failure.reason != ErrorReason.TOPIC_NOT_EXIST:
+                raise
+            return await self._new_topic_queues()
+        masters = {
+            d.broker_name: d.broker_addrs[MASTER_ID]
+            for d in route.broker_datas
+            if MASTER_ID in d.broker_addrs
+        }  # type: ignore[attr-defined]
+        queues = [
+            WriteQueue(q.broker_name, queue_id, masters[q.broker_name])
+            for q in route.queue_datas  # type: ignore[attr-defined]
+            if q.perm & WRITE and q.broker_name in masters
+            for queue_id in range(q.write_queue_nums)
+        ]
+        if not queues:
+            raise RpcFailure(
+                ErrorReason.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue on a live master"
+            )
+        return queues
+
+    async def _new_topic_queues(self) -> list[WriteQueue]:
+        """A topic no broker has yet: spread over every master, which create it on first send."""
+        info = await self._channels.namesrv_call("GetClusterInfo", nameserver_pb2.GetClusterInfoRequest())
+        queues = [
+            WriteQueue(name, queue_id, data.broker_addrs[MASTER_ID])
+            for name, data in sorted(info.broker_addr_table.items())  # type: ignore[attr-defined]
+            if MASTER_ID in data.broker_addrs
+            for queue_id in range(self._default_queue_nums)
+        ]
+        if not queues:
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE, "no master broker is registered with the name servers"
+            )
+        return queues
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._route_refresh_s)
+            for topic in list(self._routes):
+                try:
+                    self._routes[topic] = await self._fetch_route(topic)
+                except (grpc.aio.AioRpcError, RpcFailure) as error:
+                    log.warning("route refresh of %s failed: %s", topic, error)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await self._heartbeat_all()
+            await asyncio.sleep(self._heartbeat_s)
+
+    async def _heartbeat_all(self) -> None:
+        for address in list(self._brokers):
+            await self._heartbeat(address)
+
+    async def _heartbeat(self, address: str) -> None:
+        request = broker_pb2.HeartbeatRequest(
+            client_id=self.client_id, producers=[broker_pb2.ProducerData(group=self.group)]
+        )
+        try:
+            await self._channels.broker(address).Heartbeat(request, timeout=3)
+        except grpc.aio.AioRpcError as error:
+            log.info("heartbeat to %s failed: %s", address, error.code().name)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _choose(self, topic: str, queues: list[WriteQueue], avoid: str | None) -> WriteQueue:
+        start = self._round_robin.get(topic, -1) + 1
+        for step in range(len(queues)):
+            queue = queues[(start + step) % len(queues)]
+            if queue.broker_name != avoid and self._faults.available(queue.broker_name):
+                self._round_robin[topic] = start + step
+                return queue
+        self._round_robin[topic] = start
+        return queues[start % len(queues)]
+
+    async def send(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue: WriteQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        ``sharding_key`` picks the queue by hash (ordered messages: same key, same queue, in
+        send order); ``queue`` names it outright. Otherwise round robin with fault avoidance and
+        retries on another broker.
+        """
+        return await self._send([message], sharding_key=sharding_key, queue=queue, timeout_ms=timeout_ms)
+
+    async def send_batch(self, messages: Sequence[Message], *, queue: WriteQueue | None = None) -> SendResult:
+        """Send messages of one topic as one call, stored contiguously in one queue."""
+        if not messages:
+            raise ValueError("a batch needs at least one message")
+        topics = {m.topic for m in messages}
+        if len(topics) != 1:
+            raise ValueError(f"a batch must hold one topic, not {sorted(topics)}")
+        return await self._send(list(messages), queue=queue)
+
+    def send_async(
+        self,
+        message: Message,
+        callback: Callable[[SendResult | None, BaseException | None], object] | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """Start a send; returns its future, and calls ``callback(result, error)`` when done."""
+        task = asyncio.get_running_loop().create_task(self.send(message))
+        self._pending.add(task)
+
+        def finished(done: asyncio.Task[SendResult]) -> None:
+            self._pending.discard(done)
+            error = None if done.cancelled() else done.exception()
+            if callback is not None:
+                callback(None if error or done.cancelled() else done.result(), error)
+            elif error is not None:
+                log.warning("async send to %s failed: %s", message.topic, error)
+
+        task.add_done_callback(finished)
+        return task
+
+    def send_oneway(self, message: Message) -> None:
+        """Send without waiting for or reporting the result (logs only)."""
+        self.send_async(message)
+
+    async def _send(
+        self,
+        messages: list[Message],
+        *,
+        sharding_key: str | None = None,
+        queue: WriteQueue | None = None,
+        timeout_ms: int | None = None,
+        sys_flag: int = 0,
+        extra: dict[str, str] | None = None,
+    ) -> SendResult:
+        topic = messages[0].topic
+        validate_topic_name(topic)
+        for message in messages:
+            if not isinstance(message.body, bytes | bytearray):
+                raise TypeError(f"message body must be bytes, not {type(message.body).__name__}")
+        protos = [m.to_proto(self._keys.next()) for m in messages]
+        if extra:
+            for proto in protos:
+                proto.properties.update(extra)
+        timeout_s = (timeout_ms or self._send_timeout_s * 1000) / 1000
+        attempts = 1 if (sharding_key is not None or queue is not None) else 1 + self._retry_times
+        avoid: str | None = None
+        last_error: BaseException | None = None
+        for attempt in range(attempts):
+            queues = await self.write_queues(topic, refresh=attempt > 0)
+            if queue is not None:
+                target = queue
+            elif sharding_key is not None:
+                target = queues[sharding_queue(sharding_key, len(queues))]
+            else:
+                target = self._choose(topic, queues, avoid)
+            if target.address not in self._brokers:  # introduce ourselves before the first send
+                self._brokers.add(target.address)
+                await self._heartbeat(target.address)
+            request = broker_pb2.SendMessageRequest(
+                producer_group=self.group,
+                topic=topic,
+                queue_id=target.queue_id,
+                messages=protos,
+                born_timestamp_ms=int(time.time() * 1000),
+                sys_flag=sys_flag,
+                default_topic_queue_nums=self._default_queue_nums,
+            )
+            started = time.perf_counter()
+            try:
+                reply = await self._channels.broker(target.address).SendMessage(request, timeout=timeout_s)
+            except grpc.aio.AioRpcError as error:
+                self._faults.record(target.broker_name, 0, failed=True)
+                failure = failure_of(error)
+                retriable = error.code() in RETRIABLE_CODES or (
+                    failure is not None and failure.reason in RETRIABLE_REASONS
+                )
+                if not retriable:
+                    raise failure or error from None
+                last_error, avoid = error, target.broker_name
+                log.info(
+                    "send to %s failed (%s); attempt %d of %d",
+                    target.broker_name,
+                    error.code().name,
+                    attempt + 1,
+                    attempts,
+                )
+                continue
+            self._faults.record(target.broker_name, (time.perf_counter() - started) * 1000)
+            return SendResult(
+                status=SendStatus.from_wire(reply.status),
+                msg_id=protos[0].properties[Property.UNIQ_KEY],
+                offset_msg_id=reply.msg_ids[0] if reply.msg_ids else "",
+                broker_name=reply.broker_name,
+                queue_id=reply.queue_id,
+                queue_offset=reply.queue_offset,
+                transaction_id=reply.transaction_id,
+                commit_log_offset=reply.commit_log_offset,
+            )
+        assert last_error is not None
+        raise RpcFailure(
+            ErrorReason.SERVICE_NOT_AVAILABLE, f"send to {topic!r} failed {attempts} times: {last_error}"
+        )
+
+
+LocalTransaction = Callable[[Message, Any], TransactionResolution | Awaitable[TransactionResolution]]
+CheckTransaction = Callable[[StoredMessage], TransactionResolution | Awaitable[TransactionResolution]]
+
+
+async def _call(function: Callable[..., Any], *args: Any) -> Any:
+    """User callbacks may be coroutines or plain functions; plain ones run off the event loop."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    return await asyncio.to_thread(function, *args)
+
+
+class TransactionProducer(Producer):
+    """Sends half messages, runs the local transaction, then commits or rolls back.
+
+    When the outcome is unknown (UNKNOWN, a crash, a lost EndTransaction) the broker later
+    asks through the session stream; ``check`` answers from the application's records.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | None = None,
+        *,
+        local_transaction: LocalTransaction,
+        check: CheckTransaction,
+        **options: Any,
+    ) -> None:
+        super().__init__(group, namesrv, **options)
+        self._local_transaction = local_transaction
+        self._check = check
+        self._sessions = BrokerSessions(
+            self._channels, self.client_id, self._on_event, producer_groups=(group,)
+        )
+
+    async def close(self) -> None:
+        await self._sessions.close()
+        await super().close()
+
+    async def send_in_transaction(
+        self, message: Message, arg: Any = None
+    ) -> tuple[SendResult, TransactionResolution]:
+        result = await self._send([message], extra={Property.TRANSACTION_PREPARED: "true"})
+        address = next(q.address for q in self._routes[message.topic] if q.broker_name == result.broker_name)
+        self._sessions.ensure(address)
+        try:
+            resolution = await _call(self._local_transaction, message, arg)
+        except Exception:
+            log.exception("local transaction of %s failed; its outcome is left to the check", result.msg_id)
+            resolution = TransactionResolution.UNKNOWN
+        await self._channels.broker(address).EndTransaction(
+            broker_pb2.EndTransactionRequest(
+                producer_group=self.group,
+                commit_log_offset=result.commit_log_offset,
+                msg_id=result.offset_msg_id,
+                transaction_id=result.msg_id,
+                resolution=resolution,
+            ),
+            timeout=self._send_timeout_s,
+        )
+        return result, resolution
+
+    async def _on_event(self, address: str, event: broker_pb2.ServerEvent) -> None:
+        if not event.HasField("check_transaction"):
+            return
+        check = event.check_transaction
+        try:
+            resolution = await _call(self._check, decode(check.record))
+        except Exception:
+            log.exception("transaction check of %s failed", check.transaction_id)
+            resolution = TransactionResolution.UNKNOWN
+        await self._sessions.send(
+            address,
+            broker_pb2.ClientEvent(
+                check_result=broker_pb2.TransactionCheckResult(
+                    producer_group=check.producer_group,
+                    commit_log_offset=check.commit_log_offset,
+                    msg_id=check.msg_id,
+                    transaction_id=check.transaction_id,
+                    resolution=resolution,
+                )
+            ),
+        )
+
+    async def _heartbeat_all(self) -> None:
+        await super()._heartbeat_all()
+        for address in list(self._brokers):
+            self._sessions.ensure(address)

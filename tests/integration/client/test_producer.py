@@ -1,0 +1,168 @@
+"""Producers against a real name server and real brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
+from brokerkit import RunningBroker, start_broker, stop_broker
+
+from orbitmq.client.message import Message, SendStatus
+from orbitmq.client.producer import Producer, TransactionProducer, sharding_queue
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.nameserver.server import NameServer
+from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.store.record import StoredMessage, decode
+from orbitmq.v1 import broker_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[NameServer, list[RunningBroker]]]:
+    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
+    await namesrv.start()
+    brokers = [
+        await start_broker(
+            tmp_path / name,
+            namesrv=namesrv.address,
+            broker_name=name,
+            transaction_timeout_ms=300,
+            transaction_check_interval_ms=100,
+        )
+        for name in ("broker-a", "broker-b")
+    ]
+    yield namesrv, brokers
+    for running in brokers:
+        if not running.broker.closing:
+            await stop_broker(running)
+    await namesrv.close()
+
+
+async def pull_all(running: RunningBroker, topic: str, queue_id: int) -> list[StoredMessage]:
+    """Everything in one queue; nothing when this broker never received the topic."""
+    if running.broker.topics.get(topic) is None:
+        return []
+    reply = await running.stub.PullMessage(
+        broker_pb2.PullMessageRequest(
+            consumer_group="check",
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=0,
+            max_msg_nums=1000,
+            commit_offset=-1,
+        )
+    )
+    return [decode(r) for r in reply.records]
+
+
+async def test_sync_round_robin_over_every_queue_of_every_broker(cluster) -> None:  # type: ignore[no-untyped-def]
+    namesrv, _ = cluster
+    async with Producer("PG", namesrv.address) as producer:
+        results = [
+            await producer.send(Message("Spread", f"{i}".encode(), tags="T", keys=[f"k{i}"]))
+            for i in range(16)
+        ]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    placements = sorted((r.broker_name, r.queue_id) for r in results)
+    assert placements == sorted([(b, q) for b in ("broker-a", "broker-b") for q in range(4)] * 2)
+    assert all(len(r.msg_id) == 32 and len(r.offset_msg_id) == 32 for r in results)
+
+
+async def test_sharding_key_keeps_order_in_one_queue(cluster) -> None:  # type: ignore[no-untyped-def]
+    namesrv, brokers = cluster
+    async with Producer("PG", namesrv.address) as producer:
+        await producer.send(Message("Ordered", b"warm-up"))  # the topic now exists on both brokers
+        await asyncio.sleep(0.2)
+        results = [
+            await producer.send(Message("Ordered", f"order-7:{i}".encode()), sharding_key="order-7")
+            for i in range(10)
+        ]
+        queues = await producer.write_queues("Ordered", refresh=True)
+    assert len({(r.broker_name, r.queue_id) for r in results}) == 1
+    expected = queues[sharding_queue("order-7", len(queues))]
+    assert (results[0].broker_name, results[0].queue_id) == (expected.broker_name, expected.queue_id)
+    running = next(b for b in brokers if b.broker.settings.broker_name == expected.broker_name)
+    bodies = [
+        m.body for m in await pull_all(running, "Ordered", expected.queue_id) if m.body.startswith(b"order-7")
+    ]
+    assert bodies == [f"order-7:{i}".encode() for i in range(10)]
+
+
+async def test_batch_async_callback_and_oneway(cluster) -> None:  # type: ignore[no-untyped-def]
+    namesrv, brokers = cluster
+    async with Producer("PG", namesrv.address) as producer:
+        batch = await producer.send_batch([Message("Batch", f"b{i}".encode()) for i in range(5)])
+        seen: list[object] = []
+        future = producer.send_async(
+            Message("Batch", b"async"), lambda result, error: seen.append(result or error)
+        )
+        result = await future
+        producer.send_oneway(Message("Batch", b"oneway"))
+    assert seen == [result] and result.status is SendStatus.SEND_OK
+    running = next(b for b in brokers if b.broker.settings.broker_name == batch.broker_name)
+    stored = [m.body for m in await pull_all(running, "Batch", batch.queue_id)]
+    assert stored[batch.queue_offset : batch.queue_offset + 5] == [f"b{i}".encode() for i in range(5)]
+    everything = [m.body for b in brokers for q in range(4) for m in await pull_all(b, "Batch", q)]
+    assert b"oneway" in everything  # close() waited for it
+
+
+async def test_retries_on_another_broker_when_one_is_down(cluster) -> None:  # type: ignore[no-untyped-def]
+    namesrv, brokers = cluster
+    async with Producer("PG", namesrv.address, send_timeout_ms=1000) as producer:
+        for i in range(4):
+            await producer.send(Message("Resilient", f"before-{i}".encode()))
+        await stop_broker(brokers[0])  # broker-a goes away; routes still name it for a while
+        results = [await producer.send(Message("Resilient", f"after-{i}".encode())) for i in range(8)]
+    assert {r.broker_name for r in results} == {"broker-b"}
+
+
+async def test_bad_input_is_refused_clearly(cluster) -> None:  # type: ignore[no-untyped-def]
+    namesrv, _ = cluster
+    async with Producer("PG", namesrv.address) as producer:
+        with pytest.raises(ValueError, match="'bad topic'"):
+            await producer.send(Message("bad topic", b"x"))
+        with pytest.raises(TypeError, match="must be bytes"):
+            await producer.send(Message("T", "text"))  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="delay level 40"):
+            await producer.send(Message("T", b"x", delay_level=40))
+        with pytest.raises(RpcFailure) as caught:
+            await producer.send(Message("T", b"x" * (256 * 1024 + 1)))
+        assert caught.value.reason == ErrorReason.MESSAGE_ILLEGAL
+
+
+async def test_transactions_commit_rollback_and_check_back(cluster) -> None:  # type: ignore[no-untyped-def]
+    namesrv, brokers = cluster
+    decided: dict[str, TransactionResolution] = {}
+    checked: list[str] = []
+
+    def local(message: Message, arg: object) -> TransactionResolution:
+        decided[message.body.decode()] = arg  # type: ignore[assignment]
+        return arg  # type: ignore[return-value]
+
+    async def check(message: StoredMessage) -> TransactionResolution:
+        checked.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+    producer = TransactionProducer("TPG", namesrv.address, local_transaction=local, check=check)
+    async with producer:
+        for body, outcome in (
+            ("commit", TransactionResolution.COMMIT),
+            ("rollback", TransactionResolution.ROLLBACK),
+            ("unknown", TransactionResolution.UNKNOWN),
+        ):
+            await producer.send_in_transaction(Message("Tx", body.encode()), outcome)
+        for _ in range(60):
+            if checked:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
+    assert checked == ["unknown"]
+    visible = sorted([m.body for b in brokers for q in range(4) for m in await pull_all(b, "Tx", q)])
+    assert visible == [b"commit", b"unknown"]
