@@ -96,11 +96,13 @@ def _register_commands() -> None:
     from orbitmq.cli.broker import broker_command
     from orbitmq.cli.local import local
     from orbitmq.cli.namesrv import namesrv
+    from orbitmq.cli.produce import produce
 
     main.add_command(broker_command)
     main.add_command(admin)
     main.add_command(local)
     main.add_command(namesrv)
+    main.add_command(produce)
 
 
 _register_commands()

@@ -166,3 +166,59 @@ async def test_transactions_commit_rollback_and_check_back(cluster) -> None:  # 
     assert checked == ["unknown"]
     visible = sorted([m.body for b in brokers for q in range(4) for m in await pull_all(b, "Tx", q)])
     assert visible == [b"commit", b"unknown"]
+
+
+async def test_produce_cli(cluster) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from click.testing import CliRunner
+
+    from orbitmq.cli.main import main
+
+    namesrv, brokers = cluster
+    args = [
+        "produce",
+        "--namesrv",
+        namesrv.address,
+        "--topic",
+        "CliOut",
+        "--count",
+        "5",
+        "--body",
+        "hello {i}",
+        "--key",
+        "k{i}",
+        "--tag",
+        "T",
+        "--json",
+    ]
+    result = await asyncio.to_thread(CliRunner().invoke, main, args, catch_exceptions=False)
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert len(lines) == 5 and {line["status"] for line in lines} == {"SEND_OK"}
+    assert set(lines[0]) == {"status", "msg_id", "offset_msg_id", "broker", "queue", "queue_offset"}
+    stored = sorted(
+        [m for b in brokers for q in range(4) for m in await pull_all(b, "CliOut", q)], key=lambda m: m.body
+    )
+    assert [m.body for m in stored] == [f"hello {i}".encode() for i in range(5)]
+    assert [m.keys for m in stored] == [(f"k{i}",) for i in range(5)] and {m.tags for m in stored} == {"T"}
+    batch = await asyncio.to_thread(
+        CliRunner().invoke,
+        main,
+        [
+            "produce",
+            "--namesrv",
+            namesrv.address,
+            "--topic",
+            "CliOut",
+            "--count",
+            "6",
+            "--batch",
+            "3",
+            "--json",
+        ],
+    )
+    assert len(batch.output.splitlines()) == 2
+    bad = await asyncio.to_thread(
+        CliRunner().invoke, main, ["produce", "--namesrv", namesrv.address, "--topic", "no good", "--json"]
+    )
+    assert bad.exit_code == 1 and "'no good'" in bad.output
