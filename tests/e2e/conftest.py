@@ -10,7 +10,7 @@ script's output.  It never skips: a silently skipped e2e suite would look green 
 testing nothing.
 
 Timeouts: building and starting the cluster happens in a session fixture and may take much
-longer than a test (a cold build is ~20 minutes), so e2e tests carry
+longer than a test (a cold build is ~10-15 minutes on 2 cores), so e2e tests carry
 ``pytest.mark.timeout(N, func_only=True)`` (``k8s_testbed_support.E2E_TIMEOUT``) and the
 fixture bounds each of its own subprocesses instead.
 """

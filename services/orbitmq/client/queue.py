@@ -26,7 +26,9 @@ class MessageQueue:
         if not isinstance(self.topic, str) or not self.topic:
             raise ValueError(f"message queue topic must be a non-empty string, got {self.topic!r}")
         if not isinstance(self.broker_name, str) or not self.broker_name:
-            raise ValueError(f"message queue broker name must be a non-empty string, got {self.broker_name!r}")
+            raise ValueError(
+                f"message queue broker name must be a non-empty string, got {self.broker_name!r}"
+            )
         if isinstance(self.queue_id, bool) or not isinstance(self.queue_id, int) or self.queue_id < 0:
             raise ValueError(f"message queue id must be an int >= 0, got {self.queue_id!r}")
 

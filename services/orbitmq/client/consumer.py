@@ -1,0 +1,566 @@
+"""The push consumer (RocketMQ's DefaultMQPushConsumer): "push is a wrapped pull".
+
+Rebalance decides which queues this client consumes (at start, every 20 s, and at once when
+the broker pushes a membership change); each assigned queue gets a process queue and a pull
+task that long-polls its broker, applies flow control, and hands messages to the consume
+service. Offsets go to the broker every 5 s and on each pull (clustering) or to a local
+``offsets.json`` (broadcasting). Orderly consumption only pulls queues locked on the broker
+and renews the locks every 20 s. Shutdown persists offsets, unlocks, unregisters, then stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from orbitmq.client.allocation import AllocateAveragely, AllocateStrategy
+from orbitmq.client.channels import Channels
+from orbitmq.client.consume import ConcurrentConsumer, Listener, OrderlyConsumer
+from orbitmq.client.consumer_metrics import ConsumerMetrics
+from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, MessageModel
+from orbitmq.client.process_queue import ProcessQueue
+from orbitmq.client.producer import MASTER_ID, NAMESRV_ENV, client_id
+from orbitmq.client.queue import MessageQueue
+from orbitmq.client.session import BrokerSessions
+from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.tasks import TaskSet
+from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
+from orbitmq.store.message_filter import TagFilter
+from orbitmq.store.record import StoredMessage, decode
+from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
+from orbitmq.v1.broker_pb2 import PullStatus
+
+log = logging.getLogger(__name__)
+READ = 4
+
+
+class PushConsumer:
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | None = None,
+        *,
+        listener: Listener | None = None,
+        orderly: bool = False,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp_ms: int | None = None,
+        allocate: AllocateStrategy | None = None,
+        settings: ConsumerSettings | None = None,
+        offsets_dir: Path | None = None,
+        instance_name: str | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        metrics: ConsumerMetrics | None = None,
+    ) -> None:
+        validate_group_name(group)
+        if orderly and message_model is MessageModel.BROADCASTING:
+            raise ValueError("orderly consumption needs clustering: broadcasting has no queue locks")
+        self.group = group
+        self.client_id = f"{client_id()}@{instance_name}" if instance_name else f"{client_id()}@{id(self):x}"
+        self.orderly = orderly
+        self.message_model = message_model
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.settings = settings or ConsumerSettings()
+        self.clock = clock
+        self.metrics = metrics or ConsumerMetrics(group, self.client_id)
+        self._allocate = allocate or AllocateAveragely()
+        self._listener = listener
+        self._channels = Channels(namesrv or os.environ.get(NAMESRV_ENV, "127.0.0.1:9876"))
+        self._subscriptions: dict[str, common_pb2.Subscription] = {}
+        self._tag_filters: dict[str, TagFilter] = {}
+        self._routes: dict[str, tuple[list[MessageQueue], dict[str, str]]] = {}
+        self._process_queues: dict[MessageQueue, ProcessQueue[StoredMessage]] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._offsets: dict[MessageQueue, int] = {}
+        self._dirty: set[MessageQueue] = set()
+        self._offsets_file = (
+            (offsets_dir or Path("~/.orbitmq/offsets").expanduser())
+            / group
+            / self.client_id.replace("@", "_")
+        )
+        self._tasks = TaskSet(f"consumer:{group}")
+        self._rebalance_now = asyncio.Event()
+        self._pool = ThreadPoolExecutor(self.settings.consume_threads, thread_name_prefix=f"consume-{group}")
+        self._sessions = BrokerSessions(
+            self._channels, self.client_id, self._on_event, consumer_groups=(group,)
+        )
+        self.closing = False
+        self._started = False
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*", *, sql: bool = False) -> None:
+        """Tag expression (``*``, ``A || B``) or, with ``sql=True``, a SQL92 property condition."""
+        validate_topic_name(topic)
+        if sql:
+            from orbitmq.filter.sql92 import validate_sql92
+
+            validate_sql92(expression)
+        else:
+            self._tag_filters[topic] = TagFilter(expression)
+        self._subscriptions[topic] = common_pb2.Subscription(
+            topic=topic,
+            expression=expression,
+            expression_type=common_pb2.SQL92 if sql else common_pb2.TAG,
+            version=int(time.time() * 1000),
+        )
+
+    def register_listener(self, listener: Listener) -> None:
+        self._listener = listener
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._listener is None or not self._subscriptions:
+            raise ValueError("a consumer needs a listener and at least one subscription before start()")
+        if self.message_model is MessageModel.CLUSTERING:
+            retry = f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}"
+            self._subscriptions.setdefault(retry, common_pb2.Subscription(topic=retry, expression="*"))
+        else:
+            self._load_local_offsets()
+        service = OrderlyConsumer if self.orderly else ConcurrentConsumer
+        self._consume = service(self, self._listener, self._pool)
+        self._started = True
+        await self._refresh_routes()
+        await self._heartbeat()
+        await self.rebalance()
+        self._tasks.spawn("rebalance", self._rebalance_loop())
+        self._tasks.spawn("heartbeat", self._every(self.settings.heartbeat_ms, self._heartbeat))
+        self._tasks.spawn("routes", self._every(self.settings.route_refresh_ms, self._refresh_routes))
+        self._tasks.spawn("persist", self._every(self.settings.persist_ms, self.persist_offsets))
+        if self.orderly:
+            self._tasks.spawn("locks", self._every(self.settings.lock_renew_ms, self._lock_all))
+
+    async def close(self) -> None:
+        """Stop pulling, let consumption finish (bounded), persist, unlock, leave; idempotent."""
+        if not self._started or self.closing:
+            return
+        self.closing = True
+        for task in self._pull_tasks.values():
+            task.cancel()
+        await self._consume.wait_idle(self.settings.shutdown_timeout_ms / 1000)
+        await self._tasks.close()
+        await self.persist_offsets()
+        if self.orderly:
+            await self._unlock(list(self._process_queues))
+        for address in self._broker_addresses():
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self._channels.broker(address).UnregisterClient(
+                    broker_pb2.UnregisterClientRequest(client_id=self.client_id, consumer_group=self.group),
+                    timeout=2,
+                )
+        await self._sessions.close()
+        await self._channels.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _every(self, period_ms: int, work: Any) -> None:
+        while True:
+            await asyncio.sleep(period_ms / 1000)
+            try:
+                await work()
+            except (grpc.aio.AioRpcError, OSError, ValueError) as error:
+                log.warning("consumer %s: %s failed: %s", self.group, getattr(work, "__name__", work), error)
+
+    # -- routes, heartbeats, sessions ----------------------------------------------------------
+
+    async def _refresh_routes(self) -> None:
+        for topic in list(self._subscriptions):
+            try:
+                route = await self._channels.namesrv_call(
+                    "QueryRoute", nameserver_pb2.QueryRouteRequest(topic=topic)
+                )
+            except grpc.aio.AioRpcError as error:
+                if error.code() is not grpc.StatusCode.NOT_FOUND:
+                    log.warning("route of %s: %s", topic, error.details())
+                continue
+            masters = {
+                d.broker_name: d.broker_addrs[MASTER_ID]
+                for d in route.broker_datas  # type: ignore[attr-defined]
+                if MASTER_ID in d.broker_addrs
+            }
+            queues = sorted(
+                MessageQueue(topic, q.broker_name, queue_id)
+                for q in route.queue_datas  # type: ignore[attr-defined]
+                if q.perm & READ and q.broker_name in masters
+                for queue_id in range(q.read_queue_nums)
+            )
+            self._routes[topic] = (queues, masters)
+        for address in self._broker_addresses():
+            self._sessions.ensure(address)
+
+    def _broker_addresses(self) -> set[str]:
+        return {address for _, masters in self._routes.values() for address in masters.values()}
+
+    def _address(self, mq: MessageQueue) -> str:
+        return self._routes[mq.topic][1][mq.broker_name]
+
+    async def _heartbeat(self) -> None:
+        model = (
+            common_pb2.CLUSTERING
+            if self.message_model is MessageModel.CLUSTERING
+            else common_pb2.BROADCASTING
+        )
+        request = broker_pb2.HeartbeatRequest(
+            client_id=self.client_id,
+            consumers=[
+                broker_pb2.ConsumerData(
+                    group=self.group,
+                    consume_type=common_pb2.CONSUME_PASSIVELY,
+                    message_model=model,
+                    subscriptions=list(self._subscriptions.values()),
+                    orderly=self.orderly,
+                )
+            ],
+        )
+        for address in self._broker_addresses():
+            try:
+                await self._channels.broker(address).Heartbeat(request, timeout=3)
+            except grpc.aio.AioRpcError as error:
+                log.info("heartbeat to %s failed: %s", address, error.code().name)
+
+    async def _on_event(self, address: str, event: broker_pb2.ServerEvent) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "consumer_ids_changed":
+            self._rebalance_now.set()
+        elif kind == "reset_offset":
+            notice = event.reset_offset
+            for mq in [m for m in self._process_queues if m.topic == notice.topic]:
+                if mq.queue_id in notice.offsets and self._routes[mq.topic][1].get(mq.broker_name) == address:
+                    self._drop(mq, persist=False)
+                    self._offsets[mq] = notice.offsets[mq.queue_id]
+            self._rebalance_now.set()
+
+    # -- rebalance -----------------------------------------------------------------------------
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), self.settings.rebalance_ms / 1000)
+            self._rebalance_now.clear()
+            try:
+                await self.rebalance()
+            except (grpc.aio.AioRpcError, OSError) as error:
+                log.warning("rebalance of %s failed: %s", self.group, error)
+
+    async def rebalance(self) -> None:
+        started = time.perf_counter()
+        for topic in list(self._subscriptions):
+            if topic not in self._routes:
+                continue
+            queues, masters = self._routes[topic]
+            if self.message_model is MessageModel.BROADCASTING:
+                mine = list(queues)
+            else:
+                clients = await self._consumer_ids(masters)
+                mine = self._allocate.allocate(self.group, self.client_id, queues, clients) if clients else []
+            await self._apply(topic, set(mine))
+            self.metrics.rebalanced(topic, "ok", len(mine))
+        if self.orderly:
+            await self._lock_all()
+        self.metrics.rebalance_seconds.labels(self.group, self.client_id).observe(
+            time.perf_counter() - started
+        )
+
+    async def _consumer_ids(self, masters: dict[str, str]) -> list[str]:
+        for address in masters.values():
+            try:
+                reply = await self._channels.broker(address).GetConsumerList(
+                    broker_pb2.GetConsumerListRequest(consumer_group=self.group), timeout=3
+                )
+                return list(reply.client_ids)
+            except grpc.aio.AioRpcError:
+                continue
+        return []
+
+    async def _apply(self, topic: str, mine: set[MessageQueue]) -> None:
+        current = {mq for mq in self._process_queues if mq.topic == topic}
+        for mq in current - mine:
+            await self._release(mq)
+        for mq in sorted(mine - current):
+            try:
+                offset = await self._pull_from_where(mq)
+            except grpc.aio.AioRpcError as error:
+                log.warning("cannot start %s: %s", mq, error.details())
+                continue
+            pq: ProcessQueue[StoredMessage] = ProcessQueue(self.clock)
+            self._process_queues[mq] = pq
+            self._offsets[mq] = offset
+            self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq, offset))
+            log.info("consumer %s now consumes %s from offset %d", self.client_id, mq, offset)
+
+    async def _release(self, mq: MessageQueue) -> None:
+        """A queue went to another client: persist its offset, then free its lock."""
+        pq = self._process_queues.get(mq)
+        if pq is not None and self.orderly:
+            await asyncio.to_thread(pq.consume_lock.acquire, True, 1.0)  # not mid-listener
+            with contextlib.suppress(RuntimeError):
+                pq.consume_lock.release()
+        self._drop(mq, persist=True)
+        await self.persist_offsets([mq])
+        if self.orderly:
+            await self._unlock([mq])
+
+    def _drop(self, mq: MessageQueue, *, persist: bool) -> None:
+        pq = self._process_queues.pop(mq, None)
+        if pq is not None:
+            pq.drop()
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+        if not persist:
+            self._dirty.discard(mq)
+
+    async def _pull_from_where(self, mq: MessageQueue) -> int:
+        """RocketMQ's computePullFromWhere."""
+        if self.message_model is MessageModel.BROADCASTING:
+            known = self._offsets.get(mq, -1)
+            if known >= 0:
+                return known
+        stub = self._channels.broker(self._address(mq))
+        if self.message_model is MessageModel.CLUSTERING:
+            reply = await stub.QueryConsumerOffset(
+                broker_pb2.QueryConsumerOffsetRequest(
+                    consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id
+                )
+            )
+            if reply.offset >= 0:
+                return reply.offset
+        if self.consume_from is ConsumeFromWhere.FIRST_OFFSET or mq.topic.startswith(
+            RETRY_GROUP_TOPIC_PREFIX
+        ):
+            return 0
+        if self.consume_from is ConsumeFromWhere.TIMESTAMP:
+            when = self.consume_timestamp_ms or int(time.time() * 1000) - 30 * 60_000
+            reply = await stub.SearchOffset(
+                broker_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, timestamp_ms=when)
+            )
+            return reply.offset
+        return (await stub.GetMaxOffset(broker_pb2.QueueRequest(topic=mq.topic, queue_id=mq.queue_id))).offset
+
+    # -- pulling -------------------------------------------------------------------------------
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], offset: int) -> None:
+        s = self.settings
+        first_after_lock = True
+        while not pq.dropped and not self.closing:
+            if self._flow_controlled(pq):
+                await asyncio.sleep(s.flow_control_delay_ms / 1000)
+                continue
+            if self.orderly:
+                if not pq.locked:
+                    first_after_lock = True
+                    await asyncio.sleep(s.orderly_recheck_ms / 1000)
+                    continue
+                if first_after_lock:  # the previous owner may have moved the offset
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        offset = await self._pull_from_where(mq)
+                    first_after_lock = False
+            try:
+                offset = await self._pull_once(mq, pq, offset)
+            except grpc.aio.AioRpcError as error:
+                if error.code() is grpc.StatusCode.CANCELLED and (pq.dropped or self.closing):
+                    return
+                log.info("pull of %s failed: %s", mq, error.code().name)
+                await asyncio.sleep(s.exception_delay_ms / 1000)
+            except KeyError:  # the route lost this broker: rebalance will drop the queue
+                await asyncio.sleep(s.exception_delay_ms / 1000)
+
+    def _flow_controlled(self, pq: ProcessQueue[StoredMessage]) -> bool:
+        s = self.settings
+        for reason, over in (
+            ("count", pq.count > s.cached_messages_per_queue),
+            ("size", pq.size_bytes > s.cached_mib_per_queue * 1024 * 1024),
+            ("span", not self.orderly and pq.span > s.max_span),
+        ):
+            if over:
+                self.metrics.flow_pauses.labels(self.group, reason).inc()
+                return True
+        return False
+
+    async def _pull_once(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], offset: int) -> int:
+        s = self.settings
+        commit = self._offsets.get(mq, -1) if self.message_model is MessageModel.CLUSTERING else -1
+        reply = await self._channels.broker(self._address(mq)).PullMessage(
+            broker_pb2.PullMessageRequest(
+                consumer_group=self.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=offset,
+                max_msg_nums=s.pull_batch,
+                suspend_timeout_ms=s.suspend_timeout_ms,
+                commit_offset=commit,
+                subscription=self._subscriptions.get(mq.topic),
+            ),
+            timeout=s.suspend_timeout_ms / 1000 + 5,
+        )
+        pq.mark_pulled()
+        if pq.dropped:
+            return offset
+        if reply.status == PullStatus.FOUND:
+            messages = [decode(r) for r in reply.records]
+            tag_filter = self._tag_filters.get(mq.topic)
+            if tag_filter is not None:  # the broker matched tag hashes; check the text
+                messages = [m for m in messages if tag_filter.matches_tag(m.tags)]
+            if messages:
+                pq.put(messages)
+                self._consume.dispatch(mq, pq, messages)
+            elif pq.count == 0:
+                self.offsets_update(mq, reply.next_begin_offset)
+            return reply.next_begin_offset
+        if reply.status == PullStatus.OFFSET_ILLEGAL:
+            log.warning("offset %d of %s is illegal; moving to %d", offset, mq, reply.next_begin_offset)
+            self.offsets_update(mq, reply.next_begin_offset, increase_only=False)
+            self._drop(mq, persist=True)
+            await self.persist_offsets([mq])
+            self._rebalance_now.set()
+            return reply.next_begin_offset
+        if pq.count == 0 and reply.next_begin_offset > offset:
+            self.offsets_update(mq, reply.next_begin_offset)
+        return reply.next_begin_offset
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def offsets_update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
+        if increase_only and offset <= self._offsets.get(mq, -1):
+            return
+        self._offsets[mq] = offset
+        self._dirty.add(mq)
+        self.metrics.committed.labels(self.group, mq.topic, mq.broker_name, str(mq.queue_id)).set(offset)
+
+    def committed_offsets(self) -> dict[MessageQueue, int]:
+        return dict(self._offsets)
+
+    async def persist_offsets(self, mqs: list[MessageQueue] | None = None) -> None:
+        targets = [mq for mq in (mqs or list(self._dirty)) if mq in self._dirty]
+        if self.message_model is MessageModel.BROADCASTING:
+            self._save_local_offsets()
+            self._dirty.difference_update(targets)
+            return
+        for mq in targets:
+            try:
+                await self._channels.broker(self._address(mq)).UpdateConsumerOffset(
+                    broker_pb2.UpdateConsumerOffsetRequest(
+                        consumer_group=self.group,
+                        topic=mq.topic,
+                        queue_id=mq.queue_id,
+                        offset=self._offsets[mq],
+                    ),
+                    timeout=3,
+                )
+                self._dirty.discard(mq)
+            except (grpc.aio.AioRpcError, KeyError) as error:
+                log.warning("offset of %s not persisted: %s", mq, error)
+
+    def _load_local_offsets(self) -> None:
+        import json
+
+        path = self._offsets_file / "offsets.json"
+        if not path.exists():
+            return
+        try:
+            data = json.loads(path.read_text())
+            for key, offset in data["offsets"].items():
+                topic, broker_name, queue_id = key.rsplit("@", 2)
+                self._offsets[MessageQueue(topic, broker_name, int(queue_id))] = int(offset)
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not a valid offsets file ({error}); fix or remove it") from None
+
+    def _save_local_offsets(self) -> None:
+        import json
+
+        self._offsets_file.mkdir(parents=True, exist_ok=True)
+        path = self._offsets_file / "offsets.json"
+        temp = path.with_suffix(".tmp")
+        data = {
+            "offsets": {f"{mq.topic}@{mq.broker_name}@{mq.queue_id}": o for mq, o in self._offsets.items()}
+        }
+        with temp.open("w") as file:
+            json.dump(data, file, indent=2, sort_keys=True)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+
+    # -- retries and locks ---------------------------------------------------------------------
+
+    async def send_back_or_retry(
+        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], message: StoredMessage
+    ) -> bool:
+        """Return a failed message to the broker; if that fails, consume it again here (False)."""
+        try:
+            await self._channels.broker(self._address(mq)).SendBack(
+                broker_pb2.SendBackRequest(
+                    consumer_group=self.group,
+                    commit_log_offset=message.physical_offset,
+                    origin_msg_id=message.msg_id,
+                    origin_topic=message.topic,
+                    max_reconsume_times=self.settings.max_reconsume_times,
+                ),
+                timeout=5,
+            )
+            return True
+        except (grpc.aio.AioRpcError, KeyError) as error:
+            log.warning("send back of %s failed (%s); consuming it again locally", message.msg_id, error)
+            await asyncio.sleep(self.settings.exception_delay_ms / 1000)
+            self._consume.dispatch(mq, pq, [message])
+            return False
+
+    async def _lock_all(self) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in self._process_queues:
+            by_broker.setdefault(self._address(mq), []).append(mq)
+        for address, mqs in by_broker.items():
+            try:
+                reply = await self._channels.broker(address).LockBatch(
+                    broker_pb2.LockBatchRequest(
+                        consumer_group=self.group,
+                        client_id=self.client_id,
+                        queues=[m.to_proto() for m in mqs],
+                    ),
+                    timeout=3,
+                )
+            except grpc.aio.AioRpcError as error:
+                log.warning("locking on %s failed: %s", address, error.code().name)
+                continue
+            held = {MessageQueue.from_proto(q) for q in reply.locked}
+            for mq in mqs:
+                pq = self._process_queues.get(mq)
+                if pq is not None:
+                    pq.set_locked(mq in held)
+                    if mq in held and pq.count:
+                        self._consume.dispatch(mq, pq, [])
+        for topic in {mq.topic for mq in self._process_queues}:
+            count = sum(1 for mq, pq in self._process_queues.items() if mq.topic == topic and pq.locked)
+            self.metrics.locked.labels(self.group, topic, self.client_id).set(count)
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            with contextlib.suppress(KeyError):
+                by_broker.setdefault(self._address(mq), []).append(mq)
+        for address, queues in by_broker.items():
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self._channels.broker(address).UnlockBatch(
+                    broker_pb2.UnlockBatchRequest(
+                        consumer_group=self.group,
+                        client_id=self.client_id,
+                        queues=[m.to_proto() for m in queues],
+                    ),
+                    timeout=3,
+                )

@@ -1,0 +1,72 @@
+"""Client-side consumer metrics (DESIGN §9), on the host's registry or a private one."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from orbitmq.client.consumer_types import ConsumeStatus, OrderlyStatus
+
+
+class ConsumerMetrics:
+    def __init__(self, group: str, client_id: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._group, self._client = group, client_id
+        self.rebalances = Counter(
+            "orbitmq_rebalance_events_total",
+            "Rebalances",
+            ["group", "topic", "client", "outcome"],
+            registry=self.registry,
+        )
+        self.assigned = Gauge(
+            "orbitmq_client_queues_assigned",
+            "Queues this client consumes",
+            ["group", "topic", "client"],
+            registry=self.registry,
+        )
+        self.rebalance_seconds = Histogram(
+            "orbitmq_rebalance_duration_seconds",
+            "Time a rebalance took",
+            ["group", "client"],
+            registry=self.registry,
+        )
+        self.locked = Gauge(
+            "orbitmq_client_locked_queues",
+            "Queues locked on the broker, as this client sees it",
+            ["group", "topic", "client"],
+            registry=self.registry,
+        )
+        self.committed = Gauge(
+            "orbitmq_client_committed_offset",
+            "Offset committed by this client",
+            ["group", "topic", "broker", "queue"],
+            registry=self.registry,
+        )
+        self.results = Counter(
+            "orbitmq_consume_results_total",
+            "Listener results",
+            ["group", "topic", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "orbitmq_consume_latency_seconds", "Listener run time", ["group"], registry=self.registry
+        )
+        self.flow_pauses = Counter(
+            "orbitmq_flow_control_pauses_total",
+            "Pulls delayed by flow control",
+            ["group", "reason"],
+            registry=self.registry,
+        )
+
+    def consumed(self, topic: str, status: ConsumeStatus | OrderlyStatus, seconds: float) -> None:
+        self.results.labels(self._group, topic, status.value).inc()
+        self.latency.labels(self._group).observe(seconds)
+
+    def rebalanced(self, topic: str, outcome: str, assigned: int) -> None:
+        self.rebalances.labels(self._group, topic, self._client, outcome).inc()
+        self.assigned.labels(self._group, topic, self._client).set(assigned)
+
+
+def start_metrics_server(port: int, metrics: ConsumerMetrics, addr: str = "127.0.0.1") -> int:
+    """Serve ``/metrics`` for a consumer's registry; returns the bound port."""
+    server, _ = start_http_server(port, addr=addr, registry=metrics.registry)
+    return int(server.server_port)

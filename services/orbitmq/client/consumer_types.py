@@ -1,0 +1,60 @@
+"""Enums and settings of the push consumer, kept apart so listeners can import them cheaply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ConsumeStatus(Enum):
+    """What a concurrent listener returns; an exception counts as RECONSUME_LATER."""
+
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class OrderlyStatus(Enum):
+    """What an orderly listener returns; SUSPEND retries the same messages after a pause."""
+
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+class MessageModel(Enum):
+    CLUSTERING = "CLUSTERING"
+    """Each queue is consumed by one member of the group; offsets live on the broker."""
+    BROADCASTING = "BROADCASTING"
+    """Every member consumes every queue; offsets live in a local offsets.json."""
+
+
+class ConsumeFromWhere(Enum):
+    """Where a group with no committed offset starts."""
+
+    LAST_OFFSET = "LAST_OFFSET"
+    FIRST_OFFSET = "FIRST_OFFSET"
+    TIMESTAMP = "TIMESTAMP"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """DESIGN §6 defaults; every duration in milliseconds."""
+
+    pull_batch: int = 32
+    consume_batch: int = 1
+    consume_threads: int = 20
+    cached_messages_per_queue: int = 1000
+    cached_mib_per_queue: int = 100
+    max_span: int = 2000
+    flow_control_delay_ms: int = 50
+    exception_delay_ms: int = 3000
+    suspend_timeout_ms: int = 15_000
+    rebalance_ms: int = 20_000
+    heartbeat_ms: int = 30_000
+    persist_ms: int = 5_000
+    route_refresh_ms: int = 30_000
+    lock_renew_ms: int = 20_000
+    orderly_recheck_ms: int = 3_000
+    suspend_orderly_ms: int = 1_000
+    consume_timeout_ms: int = 15 * 60_000
+    max_reconsume_times: int = 16
+    shutdown_timeout_ms: int = 10_000
