@@ -11,7 +11,6 @@ persist, close the store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import signal
@@ -59,7 +58,6 @@ class Broker:
         )
         self.metrics = BrokerMetrics(self.grpc.registry, settings.broker_name)
         self._tasks = TaskSet(f"broker:{settings.broker_name}")
-        self._register_now = asyncio.Event()
         self._namesrv_channels: dict[str, grpc.aio.Channel] = {}
         self.clients = ClientRegistry(clock, settings.channel_expiry_ms)
         self.locks = LockTable(clock, settings.lock_expiry_ms)
@@ -260,15 +258,14 @@ class Broker:
             await asyncio.to_thread(self.tables.persist_all)
 
     async def registration_changed(self) -> None:
-        """Topics changed: tell the name servers now instead of at the next heartbeat."""
-        self._register_now.set()
+        """Topics changed: tell the name servers before answering, not at the next heartbeat."""
+        if self.settings.namesrv_addrs:
+            await self._register_all()
 
     async def _register_loop(self) -> None:
         interval = self.settings.register_interval_ms / 1000
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._register_now.wait(), interval)
-            self._register_now.clear()
+            await asyncio.sleep(interval)
             await self._register_all()
 
     def _namesrv(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
