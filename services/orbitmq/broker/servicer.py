@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 import grpc
 
 from orbitmq.broker.reput import detour
-from orbitmq.broker.topics import RW, dlq_topic, retry_topic, topic_to_proto
+from orbitmq.broker.topics import topic_to_proto
 from orbitmq.common.names import validate_group_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
-from orbitmq.store.config_store import Permission, SubscriptionGroupConfig
+from orbitmq.store.config_store import SubscriptionGroupConfig
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.record import InboundMessage, SysFlag, transaction_type
 from orbitmq.store.results import GetStatus, PutResult, PutStatus
@@ -568,5 +568,3 @@ def _peer_host(context: grpc.aio.ServicerContext) -> str:
         return f"[{address.strip('[]').replace('%25', '%')}]:{port}" if port.isdigit() else "127.0.0.1:0"
     return "127.0.0.1:0"
 
-
-__all__ = ["RW", "BrokerServicer", "Permission", "dlq_topic", "retry_topic"]
