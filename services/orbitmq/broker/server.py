@@ -11,6 +11,7 @@ persist, close the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import signal
@@ -62,6 +63,7 @@ class Broker:
         self.clients = ClientRegistry(clock, settings.channel_expiry_ms)
         self.locks = LockTable(clock, settings.lock_expiry_ms)
         self.holds = PullHolds()
+        self._registration_due = asyncio.Event()
         self.address = ""
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -89,6 +91,7 @@ class Broker:
             default_queue_nums=settings.default_topic_queue_nums,
             auto_create_group=settings.auto_create_subscription_group,
             schedule_levels=self.delay_levels,
+            on_created=lambda topic: self._registration_due.set(),
         )
         self.schedule = ScheduleService(
             self.store,
@@ -263,9 +266,12 @@ class Broker:
             await self._register_all()
 
     async def _register_loop(self) -> None:
+        """Register every interval (the heartbeat), and at once when a topic was auto-created."""
         interval = self.settings.register_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._registration_due.wait(), interval)
+            self._registration_due.clear()
             await self._register_all()
 
     def _namesrv(self, address: str) -> nameserver_pb2_grpc.NameServerStub:

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orbitmq.common.server import split_host_port
+from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
 from orbitmq.store.config import GIB, MIB, BrokerRole, FlushMode, StoreConfig
 
 ENV_PREFIX = "ORBITMQ_BROKER_"
@@ -69,6 +70,8 @@ class BrokerSettings(BaseModel):
     transaction_timeout_ms: int = Field(default=6_000, ge=1)
     transaction_check_max: int = Field(default=15, ge=1)
     transaction_check_interval_ms: int = Field(default=60_000, ge=10)
+    delay_levels: str = DELAY_LEVELS
+    """Durations of delay levels 1..N (RocketMQ's messageDelayLevel); retries use level 3 + times."""
     schedule_tick_ms: int = Field(default=100, ge=1)
     """How often due delayed messages are moved to their real topic."""
     config_persist_interval_ms: int = Field(default=5_000, ge=10)
@@ -87,6 +90,12 @@ class BrokerSettings(BaseModel):
         if value:
             split_host_port(value)
         return value or None
+
+    @field_validator("delay_levels")
+    @classmethod
+    def _check_delay_levels(cls, value: str) -> str:
+        parse_delay_levels(value)
+        return value
 
     @field_validator("namesrv")
     @classmethod
@@ -121,4 +130,5 @@ class BrokerSettings(BaseModel):
             index_slot_count=self.index_slot_count,
             index_max_entries=self.index_max_entries,
             file_reserved_time_ms=self.file_reserved_time_ms,
+            delay_levels=self.delay_levels,
         )

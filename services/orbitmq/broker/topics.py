@@ -8,6 +8,7 @@ topics), when a topic may be created by its first send, and what a permission al
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
@@ -54,8 +55,12 @@ class TopicManager:
         default_queue_nums: int,
         auto_create_group: bool,
         schedule_levels: int,
+        on_created: Callable[[str], None] = lambda topic: None,
     ) -> None:
         self.tables = tables
+        self._on_created = on_created
+        """Called when a send, a send-back or a dead letter creates a topic: the name servers
+        must learn its route now, since consumers (of %RETRY% topics too) look it up at once."""
         self._auto_create_topic = auto_create_topic
         self._default_queue_nums = default_queue_nums
         self._auto_create_group = auto_create_group
@@ -120,6 +125,7 @@ class TopicManager:
                 topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm
             )
             self.tables.topics.put(config)
+            self._on_created(topic)
         return config
 
     def pick_queue(self, config: TopicConfig, requested: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -26,14 +27,16 @@ from orbitmq.client.channels import Channels
 from orbitmq.client.consume import ConcurrentConsumer, Listener, OrderlyConsumer
 from orbitmq.client.consumer_metrics import ConsumerMetrics
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, MessageModel
+from orbitmq.client.offset_store import LocalFileOffsetStore, RemoteOffsetStoreState
 from orbitmq.client.process_queue import ProcessQueue
 from orbitmq.client.producer import MASTER_ID, NAMESRV_ENV, client_id
 from orbitmq.client.queue import MessageQueue
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.tasks import TaskSet
-from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
+from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, Property
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import StoredMessage, decode
 from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
@@ -81,12 +84,11 @@ class PushConsumer:
         self._routes: dict[str, tuple[list[MessageQueue], dict[str, str]]] = {}
         self._process_queues: dict[MessageQueue, ProcessQueue[StoredMessage]] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._offsets: dict[MessageQueue, int] = {}
-        self._dirty: set[MessageQueue] = set()
-        self._offsets_file = (
-            (offsets_dir or Path("~/.orbitmq/offsets").expanduser())
-            / group
-            / self.client_id.replace("@", "_")
+        self._max_offsets: dict[MessageQueue, int] = {}
+        self._offsets: LocalFileOffsetStore | RemoteOffsetStoreState = (
+            RemoteOffsetStoreState()
+            if message_model is MessageModel.CLUSTERING
+            else LocalFileOffsetStore.for_client(self.client_id.replace("@", "_"), group, offsets_dir)
         )
         self._tasks = TaskSet(f"consumer:{group}")
         self._rebalance_now = asyncio.Event()
@@ -134,7 +136,7 @@ class PushConsumer:
             retry = f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}"
             self._subscriptions.setdefault(retry, common_pb2.Subscription(topic=retry, expression="*"))
         else:
-            self._load_local_offsets()
+            await asyncio.to_thread(self._offsets.load)
         service = OrderlyConsumer if self.orderly else ConcurrentConsumer
         self._consume = service(self, self._listener, self._pool)
         self._started = True
@@ -145,6 +147,8 @@ class PushConsumer:
         self._tasks.spawn("heartbeat", self._every(self.settings.heartbeat_ms, self._heartbeat))
         self._tasks.spawn("routes", self._every(self.settings.route_refresh_ms, self._refresh_routes))
         self._tasks.spawn("persist", self._every(self.settings.persist_ms, self.persist_offsets))
+        if not self.orderly:
+            self._tasks.spawn("expiry", self._every(self.settings.expiry_scan_ms, self._clean_expired))
         if self.orderly:
             self._tasks.spawn("locks", self._every(self.settings.lock_renew_ms, self._lock_all))
 
@@ -175,7 +179,7 @@ class PushConsumer:
             await asyncio.sleep(period_ms / 1000)
             try:
                 await work()
-            except (grpc.aio.AioRpcError, OSError, ValueError) as error:
+            except (grpc.aio.AioRpcError, OrbitError, OSError, ValueError) as error:
                 log.warning("consumer %s: %s failed: %s", self.group, getattr(work, "__name__", work), error)
 
     # -- routes, heartbeats, sessions ----------------------------------------------------------
@@ -243,8 +247,8 @@ class PushConsumer:
             notice = event.reset_offset
             for mq in [m for m in self._process_queues if m.topic == notice.topic]:
                 if mq.queue_id in notice.offsets and self._routes[mq.topic][1].get(mq.broker_name) == address:
-                    self._drop(mq, persist=False)
-                    self._offsets[mq] = notice.offsets[mq.queue_id]
+                    self._drop(mq)
+                    self._offsets.update(mq, notice.offsets[mq.queue_id], increase_only=False)
             self._rebalance_now.set()
 
     # -- rebalance -----------------------------------------------------------------------------
@@ -256,7 +260,7 @@ class PushConsumer:
             self._rebalance_now.clear()
             try:
                 await self.rebalance()
-            except (grpc.aio.AioRpcError, OSError) as error:
+            except (grpc.aio.AioRpcError, OrbitError, OSError) as error:
                 log.warning("rebalance of %s failed: %s", self.group, error)
 
     async def rebalance(self) -> None:
@@ -301,7 +305,9 @@ class PushConsumer:
                 continue
             pq: ProcessQueue[StoredMessage] = ProcessQueue(self.clock)
             self._process_queues[mq] = pq
-            self._offsets[mq] = offset
+            self._offsets.update(mq, offset, increase_only=False)
+            if isinstance(self._offsets, RemoteOffsetStoreState):
+                self._offsets.mark_persisted(mq, offset)  # read from the broker: nothing to commit
             self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq, offset))
             log.info("consumer %s now consumes %s from offset %d", self.client_id, mq, offset)
 
@@ -312,25 +318,25 @@ class PushConsumer:
             await asyncio.to_thread(pq.consume_lock.acquire, True, 1.0)  # not mid-listener
             with contextlib.suppress(RuntimeError):
                 pq.consume_lock.release()
-        self._drop(mq, persist=True)
+        self._drop(mq)
         await self.persist_offsets([mq])
+        if self.message_model is MessageModel.CLUSTERING:
+            self._offsets.remove(mq)  # the broker holds it; the next owner reads it there
         if self.orderly:
             await self._unlock([mq])
 
-    def _drop(self, mq: MessageQueue, *, persist: bool) -> None:
+    def _drop(self, mq: MessageQueue) -> None:
         pq = self._process_queues.pop(mq, None)
         if pq is not None:
             pq.drop()
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
-        if not persist:
-            self._dirty.discard(mq)
 
     async def _pull_from_where(self, mq: MessageQueue) -> int:
         """RocketMQ's computePullFromWhere."""
         if self.message_model is MessageModel.BROADCASTING:
-            known = self._offsets.get(mq, -1)
+            known = self._offsets.read(mq, from_memory=True)
             if known >= 0:
                 return known
         stub = self._channels.broker(self._address(mq))
@@ -396,7 +402,7 @@ class PushConsumer:
 
     async def _pull_once(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], offset: int) -> int:
         s = self.settings
-        commit = self._offsets.get(mq, -1) if self.message_model is MessageModel.CLUSTERING else -1
+        commit = self._offsets.read(mq, True) if self.message_model is MessageModel.CLUSTERING else -1
         reply = await self._channels.broker(self._address(mq)).PullMessage(
             broker_pb2.PullMessageRequest(
                 consumer_group=self.group,
@@ -413,8 +419,9 @@ class PushConsumer:
         pq.mark_pulled()
         if pq.dropped:
             return offset
+        self._record_lag(mq, reply.max_offset)
         if reply.status == PullStatus.FOUND:
-            messages = [decode(r) for r in reply.records]
+            messages = [_as_delivered(decode(r)) for r in reply.records]
             tag_filter = self._tag_filters.get(mq.topic)
             if tag_filter is not None:  # the broker matched tag hashes; check the text
                 messages = [m for m in messages if tag_filter.matches_tag(m.tags)]
@@ -427,7 +434,7 @@ class PushConsumer:
         if reply.status == PullStatus.OFFSET_ILLEGAL:
             log.warning("offset %d of %s is illegal; moving to %d", offset, mq, reply.next_begin_offset)
             self.offsets_update(mq, reply.next_begin_offset, increase_only=False)
-            self._drop(mq, persist=True)
+            self._drop(mq)
             await self.persist_offsets([mq])
             self._rebalance_now.set()
             return reply.next_begin_offset
@@ -438,69 +445,67 @@ class PushConsumer:
     # -- offsets -------------------------------------------------------------------------------
 
     def offsets_update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
-        if increase_only and offset <= self._offsets.get(mq, -1):
-            return
-        self._offsets[mq] = offset
-        self._dirty.add(mq)
-        self.metrics.committed.labels(self.group, mq.topic, mq.broker_name, str(mq.queue_id)).set(offset)
+        """Record ``offset`` as ``mq``'s next offset to consume (never lower unless told)."""
+        self._offsets.update(mq, offset, increase_only)
+        committed = self._offsets.read(mq, True)
+        self.metrics.committed.labels(self.group, mq.topic, mq.broker_name, str(mq.queue_id)).set(committed)
+        self._record_lag(mq)
+
+    def _record_lag(self, mq: MessageQueue, max_offset: int | None = None) -> None:
+        if max_offset is not None:
+            self._max_offsets[mq] = max_offset
+        known = self._max_offsets.get(mq)
+        committed = self._offsets.read(mq, True)
+        if known is not None and committed >= 0:
+            self.metrics.lag.labels(self.group, mq.topic, mq.broker_name, str(mq.queue_id)).set(
+                max(0, known - committed)
+            )
 
     def committed_offsets(self) -> dict[MessageQueue, int]:
-        return dict(self._offsets)
+        return self._offsets.snapshot()
 
     async def persist_offsets(self, mqs: list[MessageQueue] | None = None) -> None:
-        targets = [mq for mq in (mqs or list(self._dirty)) if mq in self._dirty]
-        if self.message_model is MessageModel.BROADCASTING:
-            self._save_local_offsets()
-            self._dirty.difference_update(targets)
+        """Broadcasting: write ``offsets.json``. Clustering: commit to the broker what it has not seen."""
+        targets = list(self._offsets.snapshot()) if mqs is None else mqs
+        if isinstance(self._offsets, LocalFileOffsetStore):
+            await asyncio.to_thread(self._offsets.persist, targets)
             return
-        for mq in targets:
+        for mq, offset in self._offsets.persist(targets).items():
             try:
                 await self._channels.broker(self._address(mq)).UpdateConsumerOffset(
                     broker_pb2.UpdateConsumerOffsetRequest(
-                        consumer_group=self.group,
-                        topic=mq.topic,
-                        queue_id=mq.queue_id,
-                        offset=self._offsets[mq],
+                        consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=offset
                     ),
                     timeout=3,
                 )
-                self._dirty.discard(mq)
+                self._offsets.mark_persisted(mq, offset)
             except (grpc.aio.AioRpcError, KeyError) as error:
                 log.warning("offset of %s not persisted: %s", mq, error)
 
-    def _load_local_offsets(self) -> None:
-        import json
-
-        path = self._offsets_file / "offsets.json"
-        if not path.exists():
-            return
-        try:
-            data = json.loads(path.read_text())
-            for key, offset in data["offsets"].items():
-                topic, broker_name, queue_id = key.rsplit("@", 2)
-                self._offsets[MessageQueue(topic, broker_name, int(queue_id))] = int(offset)
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}: not a valid offsets file ({error}); fix or remove it") from None
-
-    def _save_local_offsets(self) -> None:
-        import json
-
-        self._offsets_file.mkdir(parents=True, exist_ok=True)
-        path = self._offsets_file / "offsets.json"
-        temp = path.with_suffix(".tmp")
-        data = {
-            "offsets": {f"{mq.topic}@{mq.broker_name}@{mq.queue_id}": o for mq, o in self._offsets.items()}
-        }
-        with temp.open("w") as file:
-            json.dump(data, file, indent=2, sort_keys=True)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
+    async def _clean_expired(self) -> None:
+        """Send back messages whose listener has run longer than the consume timeout, so one
+        hung listener does not hold the committed offset back forever (RocketMQ's cleanExpireMsg)."""
+        now = self.clock.now_ms()
+        timeout = self.settings.consume_timeout_ms
+        for mq, pq in list(self._process_queues.items()):
+            for message in pq.expired(now, timeout):
+                log.warning(
+                    "consuming %s of %s took over %d ms; sending it back", message.msg_id, mq, timeout
+                )
+                if await self.send_back_or_retry(mq, pq, message, retry_locally=False):
+                    offset = pq.remove([message])
+                    if offset >= 0:
+                        self.offsets_update(mq, offset)
 
     # -- retries and locks ---------------------------------------------------------------------
 
     async def send_back_or_retry(
-        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], message: StoredMessage
+        self,
+        mq: MessageQueue,
+        pq: ProcessQueue[StoredMessage],
+        message: StoredMessage,
+        *,
+        retry_locally: bool = True,
     ) -> bool:
         """Return a failed message to the broker; if that fails, consume it again here (False)."""
         try:
@@ -516,9 +521,10 @@ class PushConsumer:
             )
             return True
         except (grpc.aio.AioRpcError, KeyError) as error:
-            log.warning("send back of %s failed (%s); consuming it again locally", message.msg_id, error)
-            await asyncio.sleep(self.settings.exception_delay_ms / 1000)
-            self._consume.dispatch(mq, pq, [message])
+            log.warning("send back of %s failed: %s", message.msg_id, error)
+            if retry_locally:
+                await asyncio.sleep(self.settings.exception_delay_ms / 1000)
+                self._consume.dispatch(mq, pq, [message])
             return False
 
     async def _lock_all(self) -> None:
@@ -564,3 +570,12 @@ class PushConsumer:
                     ),
                     timeout=3,
                 )
+
+
+def _as_delivered(message: StoredMessage) -> StoredMessage:
+    """A message pulled from a retry topic is shown to the listener under its original topic
+    (RocketMQ's resetRetryAndNamespace); its queue offset stays that of the retry queue."""
+    original = message.properties.get(Property.RETRY_TOPIC)
+    if original and message.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return dataclasses.replace(message, topic=original)
+    return message

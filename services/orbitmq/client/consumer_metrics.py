@@ -41,6 +41,12 @@ class ConsumerMetrics:
             ["group", "topic", "broker", "queue"],
             registry=self.registry,
         )
+        self.lag = Gauge(
+            "orbitmq_client_consumer_lag",
+            "Messages between this client's committed offset and the queue's max offset",
+            ["group", "topic", "broker", "queue"],
+            registry=self.registry,
+        )
         self.results = Counter(
             "orbitmq_consume_results_total",
             "Listener results",

@@ -56,5 +56,8 @@ class ConsumerSettings:
     orderly_recheck_ms: int = 3_000
     suspend_orderly_ms: int = 1_000
     consume_timeout_ms: int = 15 * 60_000
+    """A message whose listener runs longer than this is sent back for a later retry."""
+    expiry_scan_ms: int = 15 * 60_000
+    """How often concurrent consumers look for such messages."""
     max_reconsume_times: int = 16
     shutdown_timeout_ms: int = 10_000

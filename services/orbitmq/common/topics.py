@@ -39,18 +39,18 @@ def split_keys(raw: str | None) -> tuple[str, ...]:
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 """RocketMQ's default ``messageDelayLevel``; level N (1-based) waits the Nth duration."""
 
-_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(spec: str = DELAY_LEVELS) -> tuple[int, ...]:
     """Turn ``"1s 5s 1m"`` into milliseconds per level; a bad token names itself."""
     levels: list[int] = []
     for token in spec.split():
-        unit = token[-1:]
-        number = token[:-1]
+        unit = "ms" if token.endswith("ms") else token[-1:]
+        number = token[: -len(unit)]
         if unit not in _UNIT_MS or not number.isdigit() or int(number) <= 0:
             raise ValueError(
-                f"delay level {token!r} must be a positive whole number followed by one of s, m, h, d"
+                f"delay level {token!r} must be a positive whole number followed by one of ms, s, m, h, d"
             )
         levels.append(int(number) * _UNIT_MS[unit])
     if not levels:
