@@ -94,12 +94,14 @@ bench.add_command(bench_send, "pull")
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command
+    from orbitmq.cli.consume import consume
     from orbitmq.cli.local import local
     from orbitmq.cli.namesrv import namesrv
     from orbitmq.cli.produce import produce
 
     main.add_command(broker_command)
     main.add_command(admin)
+    main.add_command(consume)
     main.add_command(local)
     main.add_command(namesrv)
     main.add_command(produce)

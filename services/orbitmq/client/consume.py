@@ -45,6 +45,12 @@ class ConcurrentConsumer:
         self._listener = listener
         self._pool = pool
         self._running: set[asyncio.Task[None]] = set()
+        self._parked: dict[MessageQueue, list[list[StoredMessage]]] = {}
+        """Batches that reached a suspended consumer: handed over on resume."""
+
+    def resume(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage]) -> None:
+        for batch in self._parked.pop(mq, []):
+            self.dispatch(mq, pq, batch)
 
     def dispatch(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], messages: list[StoredMessage]
@@ -62,6 +68,9 @@ class ConcurrentConsumer:
     ) -> None:
         consumer = self._consumer
         if pq.dropped:
+            return
+        if consumer.suspended:
+            self._parked.setdefault(mq, []).append(batch)
             return
         pq.mark_consume_start(batch)
         started = asyncio.get_running_loop().time()
@@ -95,6 +104,9 @@ class OrderlyConsumer:
         self._pool = pool
         self._running: dict[MessageQueue, asyncio.Task[None]] = {}
 
+    def resume(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage]) -> None:
+        self.dispatch(mq, pq, [])
+
     def dispatch(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], messages: list[StoredMessage]
     ) -> None:
@@ -105,7 +117,7 @@ class OrderlyConsumer:
     async def _consume_queue(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage]) -> None:
         consumer = self._consumer
         settings = consumer.settings
-        while not pq.dropped and not consumer.closing:
+        while not pq.dropped and not consumer.closing and not consumer.suspended:
             if not pq.locked or pq.is_lock_expired(consumer.clock.now_ms()):
                 await asyncio.sleep(settings.orderly_recheck_ms / 1000)
                 continue

@@ -97,6 +97,8 @@ class PushConsumer:
             self._channels, self.client_id, self._on_event, consumer_groups=(group,)
         )
         self.closing = False
+        self.suspended = False
+        """Set by :meth:`suspend`: no pulls, no new listener calls; offsets stay where they are."""
         self._started = False
 
     # -- configuration -------------------------------------------------------------------------
@@ -151,6 +153,21 @@ class PushConsumer:
             self._tasks.spawn("expiry", self._every(self.settings.expiry_scan_ms, self._clean_expired))
         if self.orderly:
             self._tasks.spawn("locks", self._every(self.settings.lock_renew_ms, self._lock_all))
+
+    def suspend(self) -> None:
+        """Stop pulling and stop handing messages to the listener (RocketMQ's suspend()).
+
+        Messages already pulled but not yet handed over stay uncommitted, so they are delivered
+        again after :meth:`resume`, or to whoever consumes the queue after :meth:`close`.
+        Safe to call from a listener.
+        """
+        self.suspended = True
+
+    def resume(self) -> None:
+        """Undo :meth:`suspend`: pulls resume and held messages go to the listener."""
+        self.suspended = False
+        for mq, pq in list(self._process_queues.items()):
+            self._consume.resume(mq, pq)
 
     async def close(self) -> None:
         """Stop pulling, let consumption finish (bounded), persist, unlock, leave; idempotent."""
@@ -299,15 +316,15 @@ class PushConsumer:
             await self._release(mq)
         for mq in sorted(mine - current):
             try:
-                offset = await self._pull_from_where(mq)
+                offset, committed = await self._pull_from_where(mq)
             except grpc.aio.AioRpcError as error:
                 log.warning("cannot start %s: %s", mq, error.details())
                 continue
             pq: ProcessQueue[StoredMessage] = ProcessQueue(self.clock)
             self._process_queues[mq] = pq
             self._offsets.update(mq, offset, increase_only=False)
-            if isinstance(self._offsets, RemoteOffsetStoreState):
-                self._offsets.mark_persisted(mq, offset)  # read from the broker: nothing to commit
+            if committed and isinstance(self._offsets, RemoteOffsetStoreState):
+                self._offsets.mark_persisted(mq, offset)  # the broker has it already
             self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq, offset))
             log.info("consumer %s now consumes %s from offset %d", self.client_id, mq, offset)
 
@@ -333,12 +350,15 @@ class PushConsumer:
         if task is not None:
             task.cancel()
 
-    async def _pull_from_where(self, mq: MessageQueue) -> int:
-        """RocketMQ's computePullFromWhere."""
+    async def _pull_from_where(self, mq: MessageQueue) -> tuple[int, bool]:
+        """RocketMQ's computePullFromWhere: the offset to start ``mq`` at, and whether it is the
+        group's committed one (else it came from the consume-from rule and is committed as the
+        group's starting point, so a run that stops before reaching this queue does not move
+        the start to wherever "last" is next time)."""
         if self.message_model is MessageModel.BROADCASTING:
             known = self._offsets.read(mq, from_memory=True)
             if known >= 0:
-                return known
+                return known, True
         stub = self._channels.broker(self._address(mq))
         if self.message_model is MessageModel.CLUSTERING:
             reply = await stub.QueryConsumerOffset(
@@ -347,18 +367,19 @@ class PushConsumer:
                 )
             )
             if reply.offset >= 0:
-                return reply.offset
+                return reply.offset, True
+        queue = broker_pb2.QueueRequest(topic=mq.topic, queue_id=mq.queue_id)
         if self.consume_from is ConsumeFromWhere.FIRST_OFFSET or mq.topic.startswith(
             RETRY_GROUP_TOPIC_PREFIX
         ):
-            return 0
+            return (await stub.GetMinOffset(queue)).offset, False
         if self.consume_from is ConsumeFromWhere.TIMESTAMP:
             when = self.consume_timestamp_ms or int(time.time() * 1000) - 30 * 60_000
             reply = await stub.SearchOffset(
                 broker_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, timestamp_ms=when)
             )
-            return reply.offset
-        return (await stub.GetMaxOffset(broker_pb2.QueueRequest(topic=mq.topic, queue_id=mq.queue_id))).offset
+            return reply.offset, False
+        return (await stub.GetMaxOffset(queue)).offset, False
 
     # -- pulling -------------------------------------------------------------------------------
 
@@ -366,6 +387,9 @@ class PushConsumer:
         s = self.settings
         first_after_lock = True
         while not pq.dropped and not self.closing:
+            if self.suspended:
+                await asyncio.sleep(s.flow_control_delay_ms / 1000)
+                continue
             if self._flow_controlled(pq):
                 await asyncio.sleep(s.flow_control_delay_ms / 1000)
                 continue
@@ -376,7 +400,9 @@ class PushConsumer:
                     continue
                 if first_after_lock:  # the previous owner may have moved the offset
                     with contextlib.suppress(grpc.aio.AioRpcError):
-                        offset = await self._pull_from_where(mq)
+                        stored, committed = await self._pull_from_where(mq)
+                        if committed:
+                            offset = stored
                     first_after_lock = False
             try:
                 offset = await self._pull_once(mq, pq, offset)
