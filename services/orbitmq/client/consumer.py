@@ -29,8 +29,9 @@ from orbitmq.client.consumer_metrics import ConsumerMetrics
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, MessageModel
 from orbitmq.client.offset_store import LocalFileOffsetStore, RemoteOffsetStoreState
 from orbitmq.client.process_queue import ProcessQueue
-from orbitmq.client.producer import MASTER_ID, NAMESRV_ENV, client_id
+from orbitmq.client.producer import NAMESRV_ENV, client_id
 from orbitmq.client.queue import MessageQueue
+from orbitmq.client.routes import fetch_read_route
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
@@ -39,11 +40,10 @@ from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, Property
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import StoredMessage, decode
-from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
+from orbitmq.v1 import broker_pb2, common_pb2
 from orbitmq.v1.broker_pb2 import PullStatus
 
 log = logging.getLogger(__name__)
-READ = 4
 
 
 class PushConsumer:
@@ -204,25 +204,12 @@ class PushConsumer:
     async def _refresh_routes(self) -> None:
         for topic in list(self._subscriptions):
             try:
-                route = await self._channels.namesrv_call(
-                    "QueryRoute", nameserver_pb2.QueryRouteRequest(topic=topic)
-                )
+                route = await fetch_read_route(self._channels, topic)
             except grpc.aio.AioRpcError as error:
-                if error.code() is not grpc.StatusCode.NOT_FOUND:
-                    log.warning("route of %s: %s", topic, error.details())
+                log.warning("route of %s: %s", topic, error.details())
                 continue
-            masters = {
-                d.broker_name: d.broker_addrs[MASTER_ID]
-                for d in route.broker_datas  # type: ignore[attr-defined]
-                if MASTER_ID in d.broker_addrs
-            }
-            queues = sorted(
-                MessageQueue(topic, q.broker_name, queue_id)
-                for q in route.queue_datas  # type: ignore[attr-defined]
-                if q.perm & READ and q.broker_name in masters
-                for queue_id in range(q.read_queue_nums)
-            )
-            self._routes[topic] = (queues, masters)
+            if route is not None:
+                self._routes[topic] = (route.queues, route.masters)
         for address in self._broker_addresses():
             self._sessions.ensure(address)
 
