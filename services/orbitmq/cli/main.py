@@ -91,6 +91,41 @@ def bench_send(as_json: bool, messages: int, work_dir: Path | None) -> None:
 bench.add_command(bench_send, "pull")
 
 
+@bench.command("e2e")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option("--messages", default=100_000, show_default=True, type=click.IntRange(1_000, 10_000_000))
+@click.option(
+    "--backlog",
+    default=200_000,
+    show_default=True,
+    type=click.IntRange(1_000, 10_000_000),
+    help="Backlog under the slow consumer of the memory figure.",
+)
+@click.option("--latency-seconds", default=10.0, show_default=True, type=click.FloatRange(1, 600))
+@click.option("--rss-seconds", default=15.0, show_default=True, type=click.FloatRange(1, 600))
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_e2e(
+    as_json: bool,
+    messages: int,
+    backlog: int,
+    latency_seconds: float,
+    rss_seconds: float,
+    work_dir: Path | None,
+) -> None:
+    """Producers and push consumers end to end: throughput, latency, consumer memory."""
+    from orbitmq.bench.e2e import run
+    from orbitmq.bench.figures import emit
+
+    run(
+        lambda f: emit(f, as_json),
+        messages=messages,
+        backlog=backlog,
+        latency_s=latency_seconds,
+        rss_s=rss_seconds,
+        work_dir=work_dir,
+    )
+
+
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command

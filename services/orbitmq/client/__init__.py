@@ -1,6 +1,6 @@
 """The orbitmq client library (asyncio-native; :mod:`orbitmq.client.blocking` for plain scripts).
 
-    from orbitmq.client import Producer, PushConsumer, Message, ConsumeStatus
+from orbitmq.client import Producer, PushConsumer, Message, ConsumeStatus
 """
 
 from orbitmq.client.admin import Admin

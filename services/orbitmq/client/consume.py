@@ -11,6 +11,7 @@ a SUSPEND result puts the same messages back and pauses the queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -40,11 +41,19 @@ async def run_listener(listener: Listener, pool: ThreadPoolExecutor, batch: list
 
 
 class ConcurrentConsumer:
+    """Consume requests (a batch of one queue) go to a queue served by ``consume_threads``
+    workers, like RocketMQ's consume thread pool and its request queue: a backlog costs one
+    small tuple per batch rather than a task each, and at most that many listeners run at once.
+    A request not started when the consumer closes is skipped: its messages stay uncommitted
+    and are delivered again to whoever consumes the queue next."""
+
     def __init__(self, consumer: PushConsumer, listener: Listener, pool: ThreadPoolExecutor) -> None:
         self._consumer = consumer
         self._listener = listener
         self._pool = pool
-        self._running: set[asyncio.Task[None]] = set()
+        self._requests: asyncio.Queue[tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]]
+        self._requests = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
         self._parked: dict[MessageQueue, list[list[StoredMessage]]] = {}
         """Batches that reached a suspended consumer: handed over on resume."""
 
@@ -55,31 +64,45 @@ class ConcurrentConsumer:
     def dispatch(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], messages: list[StoredMessage]
     ) -> None:
+        if not self._workers:
+            loop = asyncio.get_running_loop()
+            self._workers = [
+                loop.create_task(self._work()) for _ in range(self._consumer.settings.consume_threads)
+            ]
         size = self._consumer.settings.consume_batch
         for start in range(0, len(messages), size):
-            task = asyncio.get_running_loop().create_task(
-                self._consume(mq, pq, messages[start : start + size])
-            )
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._requests.put_nowait((mq, pq, messages[start : start + size]))
+
+    async def _work(self) -> None:
+        while True:
+            mq, pq, batch = await self._requests.get()
+            try:
+                await self._consume(mq, pq, batch)
+            except Exception:  # a bug here must not stop the worker
+                log.exception("consuming %d message(s) of %s failed", len(batch), mq)
+            finally:
+                self._requests.task_done()
 
     async def _consume(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batch: list[StoredMessage]
     ) -> None:
         consumer = self._consumer
-        if pq.dropped:
+        if pq.dropped or consumer.closing:
             return
         if consumer.suspended:
             self._parked.setdefault(mq, []).append(batch)
             return
         pq.mark_consume_start(batch)
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             status = await run_listener(self._listener, self._pool, batch)
         except Exception:
             log.exception("listener failed on %d message(s) of %s; they will be retried", len(batch), mq)
             status = ConsumeStatus.RECONSUME_LATER
-        consumer.metrics.consumed(mq.topic, status, asyncio.get_running_loop().time() - started)
+        if not isinstance(status, ConsumeStatus):
+            status = ConsumeStatus.CONSUME_SUCCESS if status is None else ConsumeStatus.RECONSUME_LATER
+        consumer.metrics.consumed(mq.topic, status, loop.time() - started, len(batch))
         if status is not ConsumeStatus.CONSUME_SUCCESS:
             if consumer.message_model is MessageModel.BROADCASTING:
                 log.warning("broadcasting consumption of %s failed; broadcasting does not retry", mq)
@@ -93,8 +116,13 @@ class ConcurrentConsumer:
             consumer.offsets_update(mq, offset)
 
     async def wait_idle(self, timeout_s: float) -> None:
-        if self._running:
-            await asyncio.wait(list(self._running), timeout=timeout_s)
+        """Let running listeners finish (bounded); requests not started are skipped (closing)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._requests.join(), timeout_s)
+        for worker in self._workers:
+            worker.cancel()
+        if self._workers:
+            await asyncio.wait(self._workers)
 
 
 class OrderlyConsumer:

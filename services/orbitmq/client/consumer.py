@@ -432,7 +432,7 @@ class PushConsumer:
         pq.mark_pulled()
         if pq.dropped:
             return offset
-        self._record_lag(mq, reply.max_offset)
+        self._max_offsets[mq] = reply.max_offset
         if reply.status == PullStatus.FOUND:
             messages = [_as_delivered(decode(r)) for r in reply.records]
             tag_filter = self._tag_filters.get(mq.topic)
@@ -458,27 +458,27 @@ class PushConsumer:
     # -- offsets -------------------------------------------------------------------------------
 
     def offsets_update(self, mq: MessageQueue, offset: int, *, increase_only: bool = True) -> None:
-        """Record ``offset`` as ``mq``'s next offset to consume (never lower unless told)."""
-        self._offsets.update(mq, offset, increase_only)
-        committed = self._offsets.read(mq, True)
-        self.metrics.committed.labels(self.group, mq.topic, mq.broker_name, str(mq.queue_id)).set(committed)
-        self._record_lag(mq)
+        """Record ``offset`` as ``mq``'s next offset to consume (never lower unless told).
 
-    def _record_lag(self, mq: MessageQueue, max_offset: int | None = None) -> None:
-        if max_offset is not None:
-            self._max_offsets[mq] = max_offset
-        known = self._max_offsets.get(mq)
-        committed = self._offsets.read(mq, True)
-        if known is not None and committed >= 0:
-            self.metrics.lag.labels(self.group, mq.topic, mq.broker_name, str(mq.queue_id)).set(
-                max(0, known - committed)
-            )
+        Called per consumed batch, so it only touches memory: gauges follow in :meth:`persist_offsets`.
+        """
+        self._offsets.update(mq, offset, increase_only)
+
+    def _publish_offsets(self) -> None:
+        """Committed-offset and lag gauges of every queue this client holds."""
+        for mq, committed in self._offsets.snapshot().items():
+            labels = (self.group, mq.topic, mq.broker_name, str(mq.queue_id))
+            self.metrics.committed.labels(*labels).set(committed)
+            known = self._max_offsets.get(mq)
+            if known is not None:
+                self.metrics.lag.labels(*labels).set(max(0, known - committed))
 
     def committed_offsets(self) -> dict[MessageQueue, int]:
         return self._offsets.snapshot()
 
     async def persist_offsets(self, mqs: list[MessageQueue] | None = None) -> None:
         """Broadcasting: write ``offsets.json``. Clustering: commit to the broker what it has not seen."""
+        self._publish_offsets()
         targets = list(self._offsets.snapshot()) if mqs is None else mqs
         if isinstance(self._offsets, LocalFileOffsetStore):
             await asyncio.to_thread(self._offsets.persist, targets)

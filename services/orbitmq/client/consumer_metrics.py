@@ -56,6 +56,8 @@ class ConsumerMetrics:
         self.latency = Histogram(
             "orbitmq_consume_latency_seconds", "Listener run time", ["group"], registry=self.registry
         )
+        self._latency_child = self.latency.labels(group)
+        self._result_children: dict[tuple[str, ConsumeStatus | OrderlyStatus], Counter] = {}
         self.flow_pauses = Counter(
             "orbitmq_flow_control_pauses_total",
             "Pulls delayed by flow control",
@@ -63,9 +65,16 @@ class ConsumerMetrics:
             registry=self.registry,
         )
 
-    def consumed(self, topic: str, status: ConsumeStatus | OrderlyStatus, seconds: float) -> None:
-        self.results.labels(self._group, topic, status.value).inc()
-        self.latency.labels(self._group).observe(seconds)
+    def consumed(
+        self, topic: str, status: ConsumeStatus | OrderlyStatus, seconds: float, messages: int = 1
+    ) -> None:
+        """One listener call: its messages counted by result, its run time observed."""
+        key = (topic, status)
+        counter = self._result_children.get(key)
+        if counter is None:  # label look-ups cost more than the count itself on the hot path
+            counter = self._result_children[key] = self.results.labels(self._group, topic, status.value)
+        counter.inc(messages)
+        self._latency_child.observe(seconds)
 
     def rebalanced(self, topic: str, outcome: str, assigned: int) -> None:
         self.rebalances.labels(self._group, topic, self._client, outcome).inc()

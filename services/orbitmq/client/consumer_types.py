@@ -7,7 +7,8 @@ from enum import Enum
 
 
 class ConsumeStatus(Enum):
-    """What a concurrent listener returns; an exception counts as RECONSUME_LATER."""
+    """What a concurrent listener returns; ``None`` (a plain function that returns nothing)
+    counts as CONSUME_SUCCESS, an exception or any other value as RECONSUME_LATER."""
 
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"

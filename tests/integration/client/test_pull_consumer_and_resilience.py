@@ -143,7 +143,15 @@ async def test_illegal_offset_is_repaired_and_metrics_are_served(cluster: Cluste
             for sample in family.samples
         }
 
-    samples = await asyncio.to_thread(scrape)
+    async def published() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        found = await asyncio.to_thread(scrape)
+        key = (
+            "orbitmq_client_committed_offset",
+            (("broker", "broker-a"), ("group", "Repair"), ("queue", "0"), ("topic", "Pulled")),
+        )
+        return found if found.get(key) == 10 else None
+
+    samples = await eventually(published, 5, lambda: "committed offset 10 published")
 
     def value(name: str, **labels: str) -> float:
         return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())
