@@ -36,7 +36,7 @@ from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property
 from orbitmq.store.config_store import BrokerConfigTables, Permission
 from orbitmq.store.message_filter import TagFilter
-from orbitmq.store.record import InboundMessage
+from orbitmq.store.record import InboundMessage, MessageBatch
 from orbitmq.store.results import PutResult
 from orbitmq.store.service import StoreService
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2, nameserver_pb2_grpc
@@ -147,6 +147,9 @@ class Broker:
 
     async def put(self, messages: list[InboundMessage]) -> PutResult:
         return await self.service.put_messages(messages)
+
+    async def put_batch(self, batch: MessageBatch) -> PutResult:
+        return await self.service.put_batch(batch)
 
     async def _put_one(self, message: InboundMessage) -> PutResult:
         return await self.service.put_message(message)

@@ -151,6 +151,40 @@ class ConsumeQueue:
         self.max_physical_end = physical_offset + size
         return True
 
+    def put_many(
+        self, first_queue_offset: int, physical_offsets: list[int], sizes: list[int], tags_codes: list[int]
+    ) -> bool:
+        """Record the units of consecutive queue offsets (one send batch) with one write.
+
+        Anything out of the ordinary — a replay, a gap, a new or full file — goes unit by unit
+        through :meth:`put`, which knows those cases; the usual append is one packed write.
+        """
+        count = len(sizes)
+        byte_offset = first_queue_offset * UNIT_BYTES
+        tail = self._tail
+        if (
+            first_queue_offset != self._max_offset
+            or tail is None
+            or not tail.start_offset <= byte_offset
+            or byte_offset + count * UNIT_BYTES > tail.end_offset
+        ):
+            grown = False
+            for unit in zip(
+                range(first_queue_offset, first_queue_offset + count),
+                physical_offsets,
+                sizes,
+                tags_codes,
+                strict=True,
+            ):
+                grown = self.put(*unit) or grown
+            return grown
+        tail.write(
+            byte_offset - tail.start_offset, b"".join(map(UNIT.pack, physical_offsets, sizes, tags_codes))
+        )
+        self._max_offset = first_queue_offset + count
+        self.max_physical_end = physical_offsets[-1] + sizes[-1]
+        return True
+
     def _skip_to(self, queue_offset: int) -> None:
         if not self._files:
             # A queue whose files are gone starts where its messages start.

@@ -21,6 +21,7 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import add
 from pathlib import Path
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
@@ -40,6 +41,7 @@ from orbitmq.store.record import (
     MAX_PROPERTIES_BYTES,
     RECORD_FIXED_BYTES,
     InboundMessage,
+    MessageBatch,
     RecordError,
     StoredMessage,
     check_properties,
@@ -277,6 +279,80 @@ class MessageStore:
                     messages, topics_raw, properties_raws, sizes, total, self.clock.now_ms()
                 )
                 self.dispatcher.submit(messages, appended)
+        except OSError as error:
+            log.error("commit log append failed: %s", error)
+            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
+        return PutResult(PutStatus.PUT_OK, appended)
+
+    def put_batch(self, batch: MessageBatch) -> PutResult:
+        """Append a :class:`MessageBatch`: the records, checks and results of :meth:`put_messages`.
+
+        Shared fields are checked once and per-message checks run over whole columns (the
+        longest body, the longest properties, the separators of all properties at once); only
+        when one fails are the messages checked one by one, to refuse with the same reason
+        :meth:`put_messages` gives.
+        """
+        if not self._open:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
+        if self.config.broker_role is BrokerRole.SLAVE:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
+        bodies, properties = batch.bodies, batch.properties
+        count = len(bodies)
+        if not count:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, reason="a batch must hold at least one message")
+        if len(properties) != count or len(batch.flags) != count:
+            return _illegal(f"a batch of {count} bodies needs as many properties and flags")
+        topic_raw = self._topic_raw.get(batch.topic)
+        if (
+            batch.born_host not in self._hosts
+            or topic_raw is None
+            or set(map(type, bodies)) != {bytes}
+            or max(map(len, bodies)) > self.config.max_message_bytes
+            or not 0 <= batch.queue_id <= MAX_QUEUE_ID
+            or batch.reconsume_times < 0
+        ):
+            for index in range(count):
+                refused = self._check(batch.message(index))
+                if refused is not None:
+                    return refused
+            topic_raw = self._topic_bytes(batch.topic)
+        properties_raw = [
+            "".join([f"{k}\x01{v}\x02" for k, v in p.items()]).encode() if p else b"" for p in properties
+        ]
+        joined = b"".join(properties_raw)
+        if max(map(len, properties_raw)) > MAX_PROPERTIES_BYTES or not separators_intact(
+            joined, sum(map(len, properties))
+        ):
+            # Sums over the batch hold exactly when every message's do (see separators_intact);
+            # find the first message at fault to refuse it as a single put would.
+            for raw, p in zip(properties_raw, properties, strict=True):
+                if len(raw) > MAX_PROPERTIES_BYTES:
+                    return PutResult(
+                        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                        reason=f"properties of {len(raw)} bytes exceed the limit of "
+                        f"{MAX_PROPERTIES_BYTES} bytes",
+                    )
+                if not separators_intact(raw, len(p)):
+                    return _illegal(check_properties(p) or "properties are malformed")
+        sizes = list(
+            map(
+                (RECORD_FIXED_BYTES + len(topic_raw)).__add__,
+                map(add, map(len, bodies), map(len, properties_raw)),
+            )
+        )
+        total = sum(sizes)
+        if total > self._max_batch_bytes:
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                reason=f"{count} message(s) of {total} bytes do not fit in one commit-log segment "
+                f"({self._max_batch_bytes} bytes usable)",
+            )
+        try:
+            with self._put_lock:
+                appended = self.commitlog.append_batch(
+                    batch, topic_raw, properties_raw, sizes, total, self.clock.now_ms()
+                )
+                self.dispatcher.submit(batch, appended)
         except OSError as error:
             log.error("commit log append failed: %s", error)
             return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))

@@ -217,6 +217,44 @@ class InboundMessage(_PropertyViews):
     prepared_transaction_offset: int = 0
 
 
+@dataclass(slots=True)
+class MessageBatch:
+    """The messages of one send request: one topic, queue, producer and send time for all.
+
+    Only bodies, properties and flags differ from message to message, so they are kept as
+    parallel lists and everything else once. The store validates the shared fields once and
+    builds the batch's records with per-message work only where the messages differ, which is
+    what makes a 128-message send cost a fraction of 128 single puts.
+    """
+
+    topic: str
+    queue_id: int
+    bodies: list[bytes]
+    properties: list[dict[str, str]]
+    flags: list[int]
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def message(self, index: int) -> InboundMessage:
+        """One message of the batch as an :class:`InboundMessage` (for checks that explain a refusal)."""
+        return InboundMessage(
+            self.topic,
+            self.bodies[index],
+            self.queue_id,
+            self.properties[index],
+            self.flags[index],
+            self.sys_flag,
+            self.born_timestamp_ms,
+            self.born_host,
+            self.reconsume_times,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage(_PropertyViews):
     """A decoded record: what queries and clients see (RocketMQ's MessageExt)."""

@@ -27,7 +27,7 @@ from orbitmq.store.config import FlushMode, StoreConfig
 from orbitmq.store.dispatcher import QueueGrowthListener
 from orbitmq.store.mapped_file import FsyncFn
 from orbitmq.store.message_store import MessageStore, OpenReport
-from orbitmq.store.record import InboundMessage
+from orbitmq.store.record import InboundMessage, MessageBatch
 from orbitmq.store.results import PutResult, PutStatus
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,15 @@ class StoreService:
         """Append, then (SYNC_FLUSH) wait for the fsync that covers the appended records."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
-        result = self.store.put_messages(messages)
+        return await self._stored(self.store.put_messages(messages))
+
+    async def put_batch(self, batch: MessageBatch) -> PutResult:
+        """:meth:`put_messages` for the messages of one send (see :meth:`MessageStore.put_batch`)."""
+        if self._closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
+        return await self._stored(self.store.put_batch(batch))
+
+    async def _stored(self, result: PutResult) -> PutResult:
         if not result.ok:
             return result
         self._dispatch_wakeup.set()

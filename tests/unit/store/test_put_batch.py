@@ -1,0 +1,122 @@
+"""put_batch (the send path's column-wise put) stores and refuses exactly as put_messages does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orbitmq.common.clock import ManualClock
+from orbitmq.store.message_store import MessageStore
+from orbitmq.store.record import MessageBatch, SysFlag
+from orbitmq.store.results import PutStatus
+
+StoreFactory = Callable[..., MessageStore]
+
+
+def _batch(**overrides: object) -> MessageBatch:
+    fields: dict[str, object] = {
+        "topic": "TopicA",
+        "queue_id": 1,
+        "bodies": [b"first", b"", bytes(300), "é".encode()],
+        "properties": [{"TAGS": "TagA"}, {}, {"KEYS": "k1 k2", "UNIQ_KEY": "U1"}, {"TAGS": "TagB", "X": "é"}],
+        "flags": [0, 7, 0, 1],
+        "born_timestamp_ms": 1_700_000_000_000,
+        "born_host": "10.1.2.3:4567",
+        "reconsume_times": 2,
+    }
+    fields.update(overrides)
+    return MessageBatch(**fields)  # type: ignore[arg-type]
+
+
+def _log_bytes(store: MessageStore) -> bytes:
+    return store.commitlog.read(0, store.commitlog.max_offset) or b""
+
+
+def test_records_units_and_index_match_put_messages(
+    tmp_path: Path, open_store: StoreFactory, clock: ManualClock
+) -> None:
+    by_batch, by_messages = open_store(tmp_path / "a"), open_store(tmp_path / "b")
+    for _ in range(3):  # later batches take the cached tag codes and the one-write unit path
+        batch = _batch()
+        first = by_batch.put_batch(batch)
+        second = by_messages.put_messages([batch.message(i) for i in range(len(batch))])
+        assert first.ok and second.ok
+        assert first.messages.msg_ids() == second.messages.msg_ids()  # type: ignore[attr-defined]
+        assert list(first.messages) == list(second.messages)
+        clock.advance(5)
+    assert _log_bytes(by_batch) == _log_bytes(by_messages)
+    for store in (by_batch, by_messages):
+        store.dispatch_pending()
+    for store in (by_batch, by_messages):
+        assert store.max_offset_in_queue("TopicA", 1) == 12
+    queue_a, queue_b = by_batch.consume_queue("TopicA", 1), by_messages.consume_queue("TopicA", 1)
+    assert queue_a is not None and queue_b is not None
+    assert queue_a.units(0, 100) == queue_b.units(0, 100)
+    assert [m.queue_offset for m in by_batch.query_by_key("TopicA", "k2")] == [10, 6, 2]
+    assert [m.queue_offset for m in by_batch.query_by_key("TopicA", "U1")] == [10, 6, 2]
+
+
+def test_prepared_batches_take_no_queue_offset(open_store: StoreFactory) -> None:
+    store = open_store()
+    result = store.put_batch(_batch(sys_flag=int(SysFlag.TRANSACTION_PREPARED)))
+    assert result.ok and [m.queue_offset for m in result.messages] == [0, 0, 0, 0]
+    store.dispatch_pending()
+    assert store.max_offset_in_queue("TopicA", 1) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "status", "reason"),
+    [
+        ({"topic": "bad topic!"}, PutStatus.MESSAGE_ILLEGAL, "invalid topic name 'bad topic!'"),
+        ({"queue_id": 70_000}, PutStatus.MESSAGE_ILLEGAL, "queue id 70000"),
+        ({"born_host": "nowhere"}, PutStatus.MESSAGE_ILLEGAL, "'nowhere'"),
+        ({"reconsume_times": -2}, PutStatus.MESSAGE_ILLEGAL, "-2"),
+        ({"bodies": [b"ok", bytes(16 * 1024 + 1), b"", b""]}, PutStatus.MESSAGE_ILLEGAL, "16385 bytes"),
+        ({"bodies": [b"ok", "text", b"", b""]}, PutStatus.MESSAGE_ILLEGAL, "body must be bytes"),
+        (
+            {"properties": [{}, {"X": "v" * 40_000}, {}, {}]},
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+            "exceed the limit of 32767",
+        ),
+        ({"properties": [{}, {}, {"X": "a\x01b"}, {}]}, PutStatus.MESSAGE_ILLEGAL, "must not contain"),
+        ({"properties": [{"": "v"}, {}, {}, {}]}, PutStatus.MESSAGE_ILLEGAL, "must not be empty"),
+        ({"properties": [{"A": "1"}, {"\x01B": "2"}, {}, {}]}, PutStatus.MESSAGE_ILLEGAL, "must not contain"),
+        ({"flags": [0]}, PutStatus.MESSAGE_ILLEGAL, "as many properties and flags"),
+        ({"bodies": [], "properties": [], "flags": []}, PutStatus.MESSAGE_ILLEGAL, "at least one"),
+    ],
+)
+def test_bad_batches_are_refused_whole_with_the_reason_of_a_single_put(
+    open_store: StoreFactory, overrides: dict[str, object], status: PutStatus, reason: str
+) -> None:
+    store = open_store()
+    result = store.put_batch(_batch(**overrides))
+    assert result.status is status
+    assert result.reason is not None and reason in result.reason
+    assert store.commitlog.max_offset == 0
+
+
+def test_a_batch_that_fills_a_segment_rolls_to_the_next(open_store: StoreFactory) -> None:
+    store = open_store()  # 64 KiB segments
+    batch = _batch(bodies=[bytes(5000)] * 4)
+    ends = [store.put_batch(batch).end_offset for _ in range(5)]
+    assert ends[-1] > 64 * 1024 and store.commitlog.max_offset == ends[-1]
+    store.dispatch_pending()
+    assert store.max_offset_in_queue("TopicA", 1) == 20
+    records = store.get_message("g", "TopicA", 1, 0, 32).records
+    assert len(records) == 20
+
+
+def test_units_cross_consume_queue_files_like_single_puts(tmp_path: Path, open_store: StoreFactory) -> None:
+    by_batch, by_messages = open_store(tmp_path / "a"), open_store(tmp_path / "b")  # 50 units per file
+    batch = _batch(bodies=[b"x"] * 4)
+    for _ in range(15):
+        by_batch.put_batch(batch)
+        by_messages.put_messages([batch.message(i) for i in range(4)])
+        by_batch.dispatch_pending()
+        by_messages.dispatch_pending()
+    queue_a, queue_b = by_batch.consume_queue("TopicA", 1), by_messages.consume_queue("TopicA", 1)
+    assert queue_a is not None and queue_b is not None
+    assert queue_a.max_offset == queue_b.max_offset == 60
+    assert [queue_a.unit_at(i) for i in range(60)] == [queue_b.unit_at(i) for i in range(60)]
