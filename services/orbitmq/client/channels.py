@@ -25,6 +25,8 @@ class Channels:
     def __init__(self, namesrv: str | list[str]) -> None:
         self.namesrv_addrs = parse_addresses(namesrv)
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        """Stubs are cached: building one creates a callable per RPC method, too dear per call."""
         self._next_namesrv = 0
 
     def channel(self, address: str) -> grpc.aio.Channel:
@@ -34,7 +36,10 @@ class Channels:
         return channel
 
     def broker(self, address: str) -> broker_pb2_grpc.BrokerStub:
-        return broker_pb2_grpc.BrokerStub(self.channel(address))
+        stub = self._brokers.get(address)
+        if stub is None:
+            stub = self._brokers[address] = broker_pb2_grpc.BrokerStub(self.channel(address))
+        return stub
 
     async def namesrv_call(self, method: str, request: object, timeout_s: float = 5) -> object:
         """Call a NameServer method on the first name server that answers (any is as good)."""
@@ -59,3 +64,4 @@ class Channels:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._brokers.clear()

@@ -31,8 +31,11 @@ log = logging.getLogger(__name__)
 Listener = Callable[[list[StoredMessage]], Any]
 
 
-async def run_listener(listener: Listener, pool: ThreadPoolExecutor, batch: list[StoredMessage]) -> Any:
-    if inspect.iscoroutinefunction(listener):
+async def run_listener(
+    listener: Listener, pool: ThreadPoolExecutor, batch: list[StoredMessage], is_coroutine: bool
+) -> Any:
+    """Run the listener: a coroutine function on the loop, anything else on the pool."""
+    if is_coroutine:
         return await listener(batch)
     result = await asyncio.get_running_loop().run_in_executor(pool, listener, batch)
     if inspect.isawaitable(result):
@@ -53,6 +56,7 @@ class ConcurrentConsumer:
         self._pool = pool
         self._requests: asyncio.Queue[tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]]
         self._requests = asyncio.Queue()
+        self._is_coroutine = inspect.iscoroutinefunction(listener)
         self._workers: list[asyncio.Task[None]] = []
         self._parked: dict[MessageQueue, list[list[StoredMessage]]] = {}
         """Batches that reached a suspended consumer: handed over on resume."""
@@ -96,7 +100,7 @@ class ConcurrentConsumer:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            status = await run_listener(self._listener, self._pool, batch)
+            status = await run_listener(self._listener, self._pool, batch, self._is_coroutine)
         except Exception:
             log.exception("listener failed on %d message(s) of %s; they will be retried", len(batch), mq)
             status = ConsumeStatus.RECONSUME_LATER

@@ -144,10 +144,11 @@ class PushConsumer:
         self._started = True
         await self._refresh_routes()
         await self._heartbeat()
+        await self._refresh_routes()  # the first heartbeat may have created the retry topic
         await self.rebalance()
         self._tasks.spawn("rebalance", self._rebalance_loop())
         self._tasks.spawn("heartbeat", self._every(self.settings.heartbeat_ms, self._heartbeat))
-        self._tasks.spawn("routes", self._every(self.settings.route_refresh_ms, self._refresh_routes))
+        self._tasks.spawn("routes", self._route_loop())
         self._tasks.spawn("persist", self._every(self.settings.persist_ms, self.persist_offsets))
         if not self.orderly:
             self._tasks.spawn("expiry", self._every(self.settings.expiry_scan_ms, self._clean_expired))
@@ -200,6 +201,25 @@ class PushConsumer:
                 log.warning("consumer %s: %s failed: %s", self.group, getattr(work, "__name__", work), error)
 
     # -- routes, heartbeats, sessions ----------------------------------------------------------
+
+    async def _route_loop(self) -> None:
+        """Refresh routes every ``route_refresh_ms``; every second while a subscribed topic has
+        none yet (a topic created after the consumer started is consumed soon, not in 30 s)."""
+        while True:
+            missing = any(
+                topic not in self._routes
+                for topic in self._subscriptions
+                if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            )
+            period = min(1_000, self.settings.route_refresh_ms) if missing else self.settings.route_refresh_ms
+            await asyncio.sleep(period / 1000)
+            try:
+                await self._refresh_routes()
+            except (grpc.aio.AioRpcError, OrbitError, OSError) as error:
+                log.warning("consumer %s: route refresh failed: %s", self.group, error)
+                continue
+            if missing:
+                self._rebalance_now.set()
 
     async def _refresh_routes(self) -> None:
         for topic in list(self._subscriptions):

@@ -44,7 +44,12 @@ def consume(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
 
 
 async def finish(process: subprocess.Popen[str]) -> tuple[int, list[dict[str, object]], str]:
-    out, err = await asyncio.to_thread(process.communicate, timeout=60)
+    try:
+        out, err = await asyncio.to_thread(process.communicate, timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()  # never leave a consumer running behind a failed test
+        process.communicate()
+        raise
     return process.returncode, [json.loads(line) for line in out.splitlines()], err
 
 
