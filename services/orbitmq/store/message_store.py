@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import add
 from pathlib import Path
+from typing import Any
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
@@ -503,16 +504,19 @@ class MessageStore:
         status = GetStatus.NO_MATCHED_MESSAGE
         total_bytes, next_offset, last_physical = 0, offset, 0
         scan_limit = offset + max(self.config.max_filter_scan_units, max_count)
-        commitlog_min = self.commitlog.min_offset
+        commitlog = self.commitlog
+        commitlog_min, max_transfer_bytes = commitlog.min_offset, self.config.max_transfer_bytes
+        # Records are sliced straight from the segment that held the previous one (a pull's
+        # records are usually neighbours); CommitLog.read runs only when the segment changes.
+        buffer: Any = None
+        segment_start = segment_end = 0
         done = False
         while not done and next_offset < min(queue.max_offset, scan_limit):
             units = queue.units(next_offset, min(max_count * 4 if message_filter else max_count, 4096))
             if not units:
                 break
             for physical, size, code in units:
-                if len(records) >= max_count or (
-                    records and total_bytes + size > self.config.max_transfer_bytes
-                ):
+                if len(records) >= max_count or (records and total_bytes + size > max_transfer_bytes):
                     done = True
                     break
                 next_offset += 1
@@ -521,7 +525,18 @@ class MessageStore:
                     continue
                 if message_filter is not None and not message_filter.matches_tags_code(code):
                     continue
-                record = self.commitlog.read(physical, size)
+                if segment_start <= physical and physical + size <= segment_end:
+                    at = physical - segment_start
+                    try:
+                        record: bytes | None = buffer[at : at + size]
+                    except ValueError:  # deleted by retention since the last record
+                        record = None
+                else:
+                    record = commitlog.read(physical, size)
+                    segment = commitlog.segment_for(physical) if record is not None else None
+                    if segment is not None:
+                        buffer, segment_start = segment.buffer, segment.start_offset
+                        segment_end = min(segment.end_offset, commitlog.max_offset)
                 if record is None:
                     status = GetStatus.OFFSET_FOUND_NULL if not records else status
                     continue

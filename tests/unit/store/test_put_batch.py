@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from orbitmq.common.clock import ManualClock
+from orbitmq.store.commitlog import AppendedBatch
+from orbitmq.store.message_id import encode_offset_msg_id
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import MessageBatch, SysFlag
 from orbitmq.store.results import PutStatus
@@ -120,3 +122,12 @@ def test_units_cross_consume_queue_files_like_single_puts(tmp_path: Path, open_s
     assert queue_a is not None and queue_b is not None
     assert queue_a.max_offset == queue_b.max_offset == 60
     assert [queue_a.unit_at(i) for i in range(60)] == [queue_b.unit_at(i) for i in range(60)]
+
+
+@pytest.mark.parametrize("store_host", ["10.0.0.1:10911", "[2001:db8::1]:10911"])
+def test_batch_msg_ids_are_offset_ids(store_host: str) -> None:
+    sizes = [120, 5000, 1 << 20]
+    appended = AppendedBatch((1 << 40) + 3, sizes, [0, 1, 2], 0, store_host, 0)
+    offsets = [(1 << 40) + 3, (1 << 40) + 123, (1 << 40) + 5123]
+    assert appended.msg_ids() == [encode_offset_msg_id(store_host, offset) for offset in offsets]
+    assert AppendedBatch(0, [], [], 0, store_host, 0).msg_ids() == []
