@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -31,31 +32,50 @@ log = logging.getLogger(__name__)
 Listener = Callable[[list[StoredMessage]], Any]
 
 
-async def run_listener(
-    listener: Listener, pool: ThreadPoolExecutor, batch: list[StoredMessage], is_coroutine: bool
-) -> Any:
-    """Run the listener: a coroutine function on the loop, anything else on the pool."""
-    if is_coroutine:
-        return await listener(batch)
-    result = await asyncio.get_running_loop().run_in_executor(pool, listener, batch)
-    if inspect.isawaitable(result):
-        return await result
-    return result
+Request = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
+"""One listener call's worth of messages of one queue (``consume_batch`` of them)."""
+MAX_GROUP = 32
+"""Most requests one worker takes at once from a backlog."""
+
+
+def _status(result: Any) -> ConsumeStatus:
+    if isinstance(result, ConsumeStatus):
+        return result
+    return ConsumeStatus.CONSUME_SUCCESS if result is None else ConsumeStatus.RECONSUME_LATER
+
+
+def _call_each(listener: Listener, batches: list[list[StoredMessage]]) -> list[tuple[ConsumeStatus, float]]:
+    """Run the listener once per batch (on a pool thread); an exception fails only its batch."""
+    outcomes = []
+    for batch in batches:
+        started = time.perf_counter()
+        try:
+            status = _status(listener(batch))
+        except Exception:
+            log.exception("listener failed on %d message(s); they will be retried", len(batch))
+            status = ConsumeStatus.RECONSUME_LATER
+        outcomes.append((status, time.perf_counter() - started))
+    return outcomes
 
 
 class ConcurrentConsumer:
-    """Consume requests (a batch of one queue) go to a queue served by ``consume_threads``
-    workers, like RocketMQ's consume thread pool and its request queue: a backlog costs one
-    small tuple per batch rather than a task each, and at most that many listeners run at once.
-    A request not started when the consumer closes is skipped: its messages stay uncommitted
-    and are delivered again to whoever consumes the queue next."""
+    """Consume requests go to a queue served by ``consume_threads`` workers, like RocketMQ's
+    consume thread pool and its request queue: a backlog costs one small tuple per request
+    rather than a task each, and at most that many listener calls run at once.
+
+    Under a backlog a worker takes a share of the waiting requests (up to :data:`MAX_GROUP`,
+    never more than its fair share, so no parallelism is lost) and runs their listener calls in
+    one pool job, then settles them together: one thread hop, one process-queue update and one
+    offset update per share instead of per message. Each call still gets ``consume_batch``
+    messages and its own result. A request not started when the consumer closes is skipped:
+    its messages stay uncommitted and go to whoever consumes the queue next.
+    """
 
     def __init__(self, consumer: PushConsumer, listener: Listener, pool: ThreadPoolExecutor) -> None:
         self._consumer = consumer
         self._listener = listener
         self._pool = pool
-        self._requests: asyncio.Queue[tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]]
-        self._requests = asyncio.Queue()
+        self._requests: asyncio.Queue[Request] = asyncio.Queue()
         self._is_coroutine = inspect.iscoroutinefunction(listener)
         self._workers: list[asyncio.Task[None]] = []
         self._parked: dict[MessageQueue, list[list[StoredMessage]]] = {}
@@ -78,46 +98,65 @@ class ConcurrentConsumer:
             self._requests.put_nowait((mq, pq, messages[start : start + size]))
 
     async def _work(self) -> None:
+        workers = len(self._workers)
         while True:
-            mq, pq, batch = await self._requests.get()
+            share = [await self._requests.get()]
+            for _ in range(min(MAX_GROUP - 1, self._requests.qsize() // workers)):
+                share.append(self._requests.get_nowait())
             try:
-                await self._consume(mq, pq, batch)
+                await self._consume(share)
             except Exception:  # a bug here must not stop the worker
-                log.exception("consuming %d message(s) of %s failed", len(batch), mq)
+                log.exception("consuming %d request(s) failed", len(share))
             finally:
-                self._requests.task_done()
+                for _ in share:
+                    self._requests.task_done()
 
-    async def _consume(
-        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batch: list[StoredMessage]
-    ) -> None:
+    async def _consume(self, share: list[Request]) -> None:
         consumer = self._consumer
-        if pq.dropped or consumer.closing:
+        if consumer.closing:
             return
         if consumer.suspended:
-            self._parked.setdefault(mq, []).append(batch)
+            for mq, _, batch in share:
+                self._parked.setdefault(mq, []).append(batch)
             return
-        pq.mark_consume_start(batch)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            status = await run_listener(self._listener, self._pool, batch, self._is_coroutine)
-        except Exception:
-            log.exception("listener failed on %d message(s) of %s; they will be retried", len(batch), mq)
-            status = ConsumeStatus.RECONSUME_LATER
-        if not isinstance(status, ConsumeStatus):
-            status = ConsumeStatus.CONSUME_SUCCESS if status is None else ConsumeStatus.RECONSUME_LATER
-        consumer.metrics.consumed(mq.topic, status, loop.time() - started, len(batch))
-        if status is not ConsumeStatus.CONSUME_SUCCESS:
-            if consumer.message_model is MessageModel.BROADCASTING:
-                log.warning("broadcasting consumption of %s failed; broadcasting does not retry", mq)
-            else:
-                # A message whose send-back failed stays in flight: its local retry removes it.
-                batch = [m for m in batch if await consumer.send_back_or_retry(mq, pq, m)]
-        if pq.dropped:
-            return
-        offset = pq.remove(batch)
-        if offset >= 0:
-            consumer.offsets_update(mq, offset)
+        live = [request for request in share if not request[1].dropped]
+        for _, pq, batch in live:
+            pq.mark_consume_start(batch)
+        outcomes = await self._run([batch for _, _, batch in live])
+        done: dict[MessageQueue, tuple[ProcessQueue[StoredMessage], list[StoredMessage]]] = {}
+        for (mq, pq, batch), (status, seconds) in zip(live, outcomes, strict=True):
+            consumer.metrics.consumed(mq.topic, status, seconds, len(batch))
+            if status is not ConsumeStatus.CONSUME_SUCCESS:
+                if consumer.message_model is MessageModel.BROADCASTING:
+                    log.warning("broadcasting consumption of %s failed; broadcasting does not retry", mq)
+                else:
+                    # A message whose send-back failed stays in flight: its local retry removes it.
+                    batch = [m for m in batch if await consumer.send_back_or_retry(mq, pq, m)]
+            done.setdefault(mq, (pq, []))[1].extend(batch)
+        for mq, (pq, messages) in done.items():
+            if pq.dropped:
+                continue
+            offset = pq.remove(messages)
+            if offset >= 0:
+                consumer.offsets_update(mq, offset)
+
+    async def _run(self, batches: list[list[StoredMessage]]) -> list[tuple[ConsumeStatus, float]]:
+        """Listener calls: coroutines on the loop one after another, functions in one pool job."""
+        if not self._is_coroutine:
+            outcomes = await asyncio.get_running_loop().run_in_executor(
+                self._pool, _call_each, self._listener, batches
+            )
+            return outcomes
+        results = []
+        for batch in batches:
+            started = time.perf_counter()
+            try:
+                status = _status(await self._listener(batch))
+            except Exception:
+                log.exception("listener failed on %d message(s); they will be retried", len(batch))
+                status = ConsumeStatus.RECONSUME_LATER
+            results.append((status, time.perf_counter() - started))
+        return results
 
     async def wait_idle(self, timeout_s: float) -> None:
         """Let running listeners finish (bounded); requests not started are skipped (closing)."""

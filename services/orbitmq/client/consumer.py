@@ -269,10 +269,15 @@ class PushConsumer:
             self._rebalance_now.set()
         elif kind == "reset_offset":
             notice = event.reset_offset
+            reset = []
             for mq in [m for m in self._process_queues if m.topic == notice.topic]:
                 if mq.queue_id in notice.offsets and self._routes[mq.topic][1].get(mq.broker_name) == address:
                     self._drop(mq)
                     self._offsets.update(mq, notice.offsets[mq.queue_id], increase_only=False)
+                    reset.append(mq)
+            # Commit the reset ourselves: a pull or a periodic commit sent before this event
+            # may have written the old offset back over the broker's reset.
+            await self.persist_offsets(reset)
             self._rebalance_now.set()
 
     # -- rebalance -----------------------------------------------------------------------------
