@@ -21,6 +21,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SLAVE_READ_ONLY: _ClassVar[ErrorReason]
     SERVICE_NOT_AVAILABLE: _ClassVar[ErrorReason]
     INVALID_ARGUMENT: _ClassVar[ErrorReason]
+    STALE_EPOCH: _ClassVar[ErrorReason]
 
 class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -55,6 +56,7 @@ INVALID_EXPRESSION: ErrorReason
 SLAVE_READ_ONLY: ErrorReason
 SERVICE_NOT_AVAILABLE: ErrorReason
 INVALID_ARGUMENT: ErrorReason
+STALE_EPOCH: ErrorReason
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_OK: SendStatus
 FLUSH_DISK_TIMEOUT: SendStatus
@@ -634,3 +636,97 @@ class ConsumerConnections(_message.Message):
     consume_type: _common_pb2.ConsumeType
     consume_from_where: _common_pb2.ConsumeFromWhere
     def __init__(self, connections: _Optional[_Iterable[_Union[ConsumerConnection, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[_Union[_common_pb2.Subscription, _Mapping]]] = ..., message_model: _Optional[_Union[_common_pb2.MessageModel, str]] = ..., consume_type: _Optional[_Union[_common_pb2.ConsumeType, str]] = ..., consume_from_where: _Optional[_Union[_common_pb2.ConsumeFromWhere, str]] = ...) -> None: ...
+
+class ReplicaAck(_message.Message):
+    __slots__ = ("slave_addr", "max_offset", "epoch")
+    SLAVE_ADDR_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    slave_addr: str
+    max_offset: int
+    epoch: int
+    def __init__(self, slave_addr: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ReplicaChunk(_message.Message):
+    __slots__ = ("offset", "data", "master_max_offset", "epoch")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    master_max_offset: int
+    epoch: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class GetReplicaConfigRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReplicaConfig(_message.Message):
+    __slots__ = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    topics: bytes
+    subscription_groups: bytes
+    consumer_offsets: bytes
+    delay_offsets: bytes
+    def __init__(self, topics: _Optional[bytes] = ..., subscription_groups: _Optional[bytes] = ..., consumer_offsets: _Optional[bytes] = ..., delay_offsets: _Optional[bytes] = ...) -> None: ...
+
+class ChangeRoleRequest(_message.Message):
+    __slots__ = ("role", "epoch", "broker_id", "master_addr")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    epoch: int
+    broker_id: int
+    master_addr: str
+    def __init__(self, role: _Optional[str] = ..., epoch: _Optional[int] = ..., broker_id: _Optional[int] = ..., master_addr: _Optional[str] = ...) -> None: ...
+
+class GetHaStateRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EpochRecord(_message.Message):
+    __slots__ = ("epoch", "start_offset")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    start_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class SlaveState(_message.Message):
+    __slots__ = ("address", "acked_offset", "lag_bytes")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    acked_offset: int
+    lag_bytes: int
+    def __init__(self, address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+
+class HaState(_message.Message):
+    __slots__ = ("broker_name", "broker_id", "role", "epoch", "max_offset", "epochs", "slaves", "master_addr", "replication_lag_bytes")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    SLAVES_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    broker_id: int
+    role: str
+    epoch: int
+    max_offset: int
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochRecord]
+    slaves: _containers.RepeatedCompositeFieldContainer[SlaveState]
+    master_addr: str
+    replication_lag_bytes: int
+    def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochRecord, _Mapping]]] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_addr: _Optional[str] = ..., replication_lag_bytes: _Optional[int] = ...) -> None: ...

@@ -174,6 +174,26 @@ class BrokerStub:
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.GetConsumerListRequest.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ConsumerConnections.FromString,
                 _registered_method=True)
+        self.Replicate = channel.stream_stream(
+                '/orbitmq.v1.Broker/Replicate',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaAck.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaChunk.FromString,
+                _registered_method=True)
+        self.GetReplicaConfig = channel.unary_unary(
+                '/orbitmq.v1.Broker/GetReplicaConfig',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.GetReplicaConfigRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaConfig.FromString,
+                _registered_method=True)
+        self.ChangeRole = channel.unary_unary(
+                '/orbitmq.v1.Broker/ChangeRole',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.ChangeRoleRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.HaState.FromString,
+                _registered_method=True)
+        self.GetHaState = channel.unary_unary(
+                '/orbitmq.v1.Broker/GetHaState',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.GetHaStateRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.HaState.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -358,6 +378,37 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replicate(self, request_iterator, context):
+        """-- high availability (master/slave replication) ------------------------------------------
+        A slave streams the master's commit log. The slave's first ReplicaAck says where its log
+        ends (the master streams from there); every later ack reports how far it has stored,
+        which is what SYNC_MASTER sends wait for.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReplicaConfig(self, request, context):
+        """Topics, subscription groups, consumer offsets and delay progress, copied by slaves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeRole(self, request, context):
+        """Promote a slave or demote a master; refused unless `epoch` is newer than the broker's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetHaState(self, request, context):
+        """Role, epoch history, log end and slaves: what failover decisions are made from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -500,6 +551,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetConsumerConnections,
                     request_deserializer=orbitmq_dot_v1_dot_broker__pb2.GetConsumerListRequest.FromString,
                     response_serializer=orbitmq_dot_v1_dot_broker__pb2.ConsumerConnections.SerializeToString,
+            ),
+            'Replicate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaAck.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaChunk.SerializeToString,
+            ),
+            'GetReplicaConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReplicaConfig,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.GetReplicaConfigRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaConfig.SerializeToString,
+            ),
+            'ChangeRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeRole,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ChangeRoleRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.HaState.SerializeToString,
+            ),
+            'GetHaState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHaState,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.GetHaStateRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.HaState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1258,6 +1329,114 @@ class Broker:
             '/orbitmq.v1.Broker/GetConsumerConnections',
             orbitmq_dot_v1_dot_broker__pb2.GetConsumerListRequest.SerializeToString,
             orbitmq_dot_v1_dot_broker__pb2.ConsumerConnections.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replicate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/orbitmq.v1.Broker/Replicate',
+            orbitmq_dot_v1_dot_broker__pb2.ReplicaAck.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.ReplicaChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReplicaConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/GetReplicaConfig',
+            orbitmq_dot_v1_dot_broker__pb2.GetReplicaConfigRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.ReplicaConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/ChangeRole',
+            orbitmq_dot_v1_dot_broker__pb2.ChangeRoleRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.HaState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHaState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/GetHaState',
+            orbitmq_dot_v1_dot_broker__pb2.GetHaStateRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.HaState.FromString,
             options,
             channel_credentials,
             insecure,
