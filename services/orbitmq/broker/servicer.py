@@ -68,7 +68,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         b = self.b
         started = time.perf_counter()
         self._writable()
-        protos = request.messages
+        protos = list(request.messages)  # one wrapper per message, reused by the column maps below
         if not protos:
             raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
         config = b.topics.for_send(request.topic, request.default_topic_queue_nums)

@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 
 SCAN_CHUNK_BYTES = 4 << 20
 _OFFSET = struct.Struct("!q")
+_SHARED_FIELDS = struct.Struct("!iq16sIq16sIiq")
+"""Header bytes 36..108 (sys flag .. prepared transaction offset): the same for a whole batch."""
+_BATCH_HEADER = struct.Struct(f"!iIIiiqq{_SHARED_FIELDS.size}si")
+"""The record header with the shared fields as one packed string (9 arguments to pack, not 17)."""
+assert _BATCH_HEADER.size == HEADER.size
 _NO_QUEUE_OFFSET_TYPES = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
 
 
@@ -336,6 +341,8 @@ class CommitLog:
         no Python bytecode per record: that loop was most of a batched send's cost.
         """
         count = len(sizes)
+        if not len(batch.bodies) == len(batch.flags) == len(properties_raw) == count:
+            raise ValueError(f"batch columns differ in length from its {count} sizes")
         segment = self._writable_segment(total_bytes)
         first = self._write_offset
         if batch.sys_flag & TRANSACTION_MASK in _NO_QUEUE_OFFSET_TYPES:
@@ -349,9 +356,20 @@ class CommitLog:
         end = physical.pop()
         born_address, born_port = encode_host(batch.born_host)
         store_address, store_port = self._store_host_raw
+        shared = _SHARED_FIELDS.pack(
+            batch.sys_flag,
+            batch.born_timestamp_ms,
+            born_address,
+            born_port,
+            store_timestamp_ms,
+            store_address,
+            store_port,
+            batch.reconsume_times,
+            0,  # prepared transaction offset: only the broker's own puts set it
+        )
         bodies = batch.bodies
         headers = map(
-            HEADER.pack,
+            _BATCH_HEADER.pack,
             sizes,
             repeat(MESSAGE_MAGIC),
             map(body_crc, bodies),
@@ -359,25 +377,18 @@ class CommitLog:
             batch.flags,
             queue_offsets,
             physical,
-            repeat(batch.sys_flag),
-            repeat(batch.born_timestamp_ms),
-            repeat(born_address),
-            repeat(born_port),
-            repeat(store_timestamp_ms),
-            repeat(store_address),
-            repeat(store_port),
-            repeat(batch.reconsume_times),
-            repeat(0),  # prepared transaction offset: only the broker's own puts set it
+            repeat(shared),
             map(len, bodies),
         )
-        topic_part = U16.pack(len(topic_raw)) + topic_raw
-        tails = map(
-            topic_part.__add__, map(bytes.__add__, map(U16.pack, map(len, properties_raw)), properties_raw)
+        records = zip(
+            headers,
+            bodies,
+            repeat(U16.pack(len(topic_raw)) + topic_raw),
+            map(U16.pack, map(len, properties_raw)),
+            properties_raw,
+            strict=False,  # repeat() is endless; the other columns have one entry per message
         )
-        segment.write(
-            first - segment.start_offset,
-            b"".join(chain.from_iterable(zip(headers, bodies, tails, strict=True))),
-        )
+        segment.write(first - segment.start_offset, b"".join(chain.from_iterable(records)))
         self._write_offset = end
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, physical)
 
@@ -394,6 +405,17 @@ class CommitLog:
             segment.write(position, chunk)
             self._write_offset += len(chunk)
             data = data[len(chunk) :]
+
+    def truncate(self, end: int) -> int:
+        """Cut the log at ``end`` (a record boundary): a slave dropping what its new master never
+        had. Returns the bytes cut; the erased tail can never be read back as data."""
+        if not self.min_offset <= end <= self._write_offset:
+            raise ValueError(f"cannot cut the log at {end}: it holds {self.min_offset}..{self._write_offset}")
+        cut = self._write_offset - end
+        self._truncate(end)
+        self._write_offset = end
+        self._flushed_offset = min(self._flushed_offset, end)
+        return cut
 
     def max_record_bytes(self) -> int:
         return self.segment_bytes - BLANK_MIN_BYTES
