@@ -19,6 +19,12 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 class BrokerMetrics:
     def __init__(self, registry: CollectorRegistry, broker_name: str) -> None:
         self.broker_name = broker_name
+        self.role_changes = Counter(
+            "orbitmq_broker_role_changes_total",
+            "Role changes applied (promoted, demoted): failovers seen by this broker",
+            ["broker", "change"],
+            registry=registry,
+        )
         self.messages_put = Counter(
             "orbitmq_messages_put_total", "Messages stored by sends", ["topic", "broker"], registry=registry
         )

@@ -20,6 +20,14 @@ import sys
 import grpc
 
 from orbitmq.broker.consumers import ClientRegistry
+from orbitmq.broker.ha import (
+    ReplicationClient,
+    ReplicaTracker,
+    RoleState,
+    epochs_to_proto,
+    open_epoch_file,
+    shared_offset,
+)
 from orbitmq.broker.locks import LockTable
 from orbitmq.broker.long_polling import PullHolds
 from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector
@@ -34,10 +42,11 @@ from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, split_host_port
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property
+from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import BrokerConfigTables, Permission
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import InboundMessage, MessageBatch
-from orbitmq.store.results import PutResult
+from orbitmq.store.results import PutResult, PutStatus
 from orbitmq.store.service import StoreService
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
@@ -65,6 +74,12 @@ class Broker:
         self.holds = PullHolds()
         self._registration_due = asyncio.Event()
         self.address = ""
+        self.replicas = ReplicaTracker()
+        self.replication: ReplicationClient | None = None
+        self.known_master_addr = ""
+        """The master the name servers named in their last registration answer."""
+        self._master_tasks = TaskSet(f"broker-master:{settings.broker_name}")
+        self._role_lock = asyncio.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -80,6 +95,13 @@ class Broker:
         self.service = StoreService(settings.store_config(self.address), clock=self.clock)
         await self.service.start()
         self.store = self.service.store
+        self.role = RoleState(self.store.root, settings.broker_role, settings.broker_id)
+        self.epochs = await asyncio.to_thread(open_epoch_file, self.store.root)
+        self.store.role = self.role.record.role
+        if not self.is_slave and self.epochs.current is None:
+            # The first master's lineage is epoch 0 from the start of its log, so a later
+            # failover can tell what two brokers share from their histories alone.
+            await asyncio.to_thread(self.epochs.begin, 0, self.store.commitlog.min_offset)
         self.delay_levels = len(self.service.config.delay_levels_ms)
         self.tables = await asyncio.to_thread(
             BrokerConfigTables.open, self.store.root, max_delay_level=self.delay_levels, clock=self.clock
@@ -113,18 +135,171 @@ class Broker:
         )
         self.transactions.load()
         self.service.add_queue_listener(self.holds.on_queue_grow)
+        self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
         await self.grpc.start()
-        if not settings.is_slave:
-            self._tasks.spawn("schedule", self.schedule.run())
-            self._tasks.spawn("transaction-check", self.transactions.run())
+        if not self.is_slave:
+            self._start_master_work()
         self._tasks.spawn("sweep", self._sweep_loop())
         self._tasks.spawn("persist-config", self._persist_loop())
         if settings.namesrv_addrs:
             await self._register_all()  # routable before anyone is told the broker is up
             self._tasks.spawn("register", self._register_loop())
+        if self.is_slave:
+            self._start_replication()
         log.info(
-            "broker %s (%s) serving on %s", settings.broker_name, settings.broker_role.value, self.address
+            "broker %s (%s, id %d, epoch %d) serving on %s",
+            settings.broker_name,
+            self.broker_role.value,
+            self.broker_id,
+            self.epoch,
+            self.address,
+        )
+
+    # -- roles ---------------------------------------------------------------------------------
+
+    @property
+    def broker_role(self) -> BrokerRole:
+        return self.role.record.role
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role.record.role is BrokerRole.SLAVE
+
+    @property
+    def broker_id(self) -> int:
+        return self.role.record.broker_id
+
+    @property
+    def epoch(self) -> int:
+        current = self.epochs.current
+        return max(self.role.record.epoch, current.epoch if current else 0)
+
+    def _start_master_work(self) -> None:
+        self._master_tasks.spawn("schedule", self.schedule.run())
+        self._master_tasks.spawn("transaction-check", self.transactions.run())
+
+    def _start_replication(self) -> None:
+        self.replication = ReplicationClient(self)
+        self.replication.start()
+
+    async def _stop_replication(self) -> None:
+        if self.replication is not None:
+            await self.replication.close()
+            self.replication = None
+
+    async def change_role(self, role: BrokerRole, epoch: int, broker_id: int, master_addr: str = "") -> None:
+        """Promote or demote, refusing a stale decision: a promotion needs an epoch newer than
+        ours; a demotion one at least as new (two masters under one epoch: one steps down)."""
+        async with self._role_lock:
+            newest = self.epoch
+            if epoch < newest or (epoch == newest and (role is not BrokerRole.SLAVE or self.is_slave)):
+                raise RpcFailure(
+                    ErrorReason.STALE_EPOCH,
+                    f"role change to {role.value} carries epoch {epoch}; broker "
+                    f"{self.settings.broker_name} at {self.address} is already at epoch {newest}",
+                )
+            if role is BrokerRole.SLAVE:
+                if broker_id < 1:
+                    raise RpcFailure(
+                        ErrorReason.INVALID_ARGUMENT, f"a slave needs broker id >= 1, not {broker_id}"
+                    )
+                await self._master_tasks.close()
+                self._master_tasks = TaskSet(f"broker-master:{self.settings.broker_name}")  # reusable
+                self.store.role = BrokerRole.SLAVE
+                await asyncio.to_thread(self.role.change, role, broker_id, epoch, master_addr)
+                self.known_master_addr = master_addr or ""
+                await self._stop_replication()
+                self._start_replication()
+                self.metrics.role_changes.labels(self.settings.broker_name, "demoted").inc()
+            else:
+                if broker_id != 0:
+                    raise RpcFailure(
+                        ErrorReason.INVALID_ARGUMENT, f"a master has broker id 0, not {broker_id}"
+                    )
+                await self._stop_replication()
+                await asyncio.to_thread(self.store.become_master)
+                self.store.role = role
+                start = self.store.commitlog.max_offset
+                await asyncio.to_thread(self._begin_epoch, epoch, start)
+                await asyncio.to_thread(self.role.change, role, 0, epoch)
+                if not len(self._master_tasks):
+                    self._start_master_work()
+                self.metrics.role_changes.labels(self.settings.broker_name, "promoted").inc()
+            log.warning(
+                "broker %s at %s is now %s (id %d) at epoch %d, log end %d",
+                self.settings.broker_name,
+                self.address,
+                role.value,
+                broker_id,
+                epoch,
+                self.store.commitlog.max_offset,
+            )
+        await self.registration_changed()
+
+    def _begin_epoch(self, epoch: int, start: int) -> None:
+        self.epochs.truncate_after(start)
+        self.epochs.begin(epoch, start)
+
+    async def align_with_master(self, state: broker_pb2.HaState) -> None:
+        """Before replicating: cut what this log holds that the master's does not, and adopt
+        the master's epoch history up to the shared point."""
+        local = self.epochs.entries
+        shared = shared_offset(local, self.store.commitlog.max_offset, state)
+        if shared < self.store.commitlog.max_offset:
+            log.warning(
+                "broker %s: log %d..%d diverges from master %s after offset %d; cutting",
+                self.settings.broker_name,
+                self.store.commitlog.min_offset,
+                self.store.commitlog.max_offset,
+                state.master_addr,
+                shared,
+            )
+            await asyncio.to_thread(self.store.truncate, shared)
+        last = self.epochs.current
+
+        def adopt() -> None:
+            self.epochs.truncate_after(shared)
+            for record in state.epochs:
+                current = self.epochs.current
+                if (current is None or record.epoch > current.epoch) and record.start_offset >= (
+                    current.start_offset if current else 0
+                ):
+                    self.epochs.begin(record.epoch, record.start_offset)
+
+        await asyncio.to_thread(adopt)
+        if self.epochs.current != last:
+            log.info(
+                "broker %s adopted the master's epochs: %s", self.settings.broker_name, self.epochs.entries
+            )
+
+    def ha_state(self) -> broker_pb2.HaState:
+        replication = self.replication
+        if self.is_slave:
+            slaves = []
+            master = replication.master_addr if replication else ""
+            lag = replication.lag_bytes if replication else 0
+        else:
+            end = self.store.commitlog.max_offset
+            slaves = [
+                broker_pb2.SlaveState(
+                    address=link.address,
+                    acked_offset=link.acked_offset,
+                    lag_bytes=max(0, end - link.acked_offset),
+                )
+                for link in self.replicas.slaves.values()
+            ]
+            master, lag = self.address, 0
+        return broker_pb2.HaState(
+            broker_name=self.settings.broker_name,
+            broker_id=self.broker_id,
+            role=self.broker_role.value,
+            epoch=self.epoch,
+            max_offset=self.store.commitlog.max_offset,
+            epochs=epochs_to_proto(self.epochs.entries),
+            slaves=slaves,
+            master_addr=master,
+            replication_lag_bytes=lag,
         )
 
     async def close(self) -> None:
@@ -137,6 +312,8 @@ class Broker:
         self.holds.wake_all()
         await self._unregister()
         await self.grpc.stop(self.settings.grace_ms / 1000)
+        await self._stop_replication()
+        await self._master_tasks.close()
         await self._tasks.close()
         for channel in self._namesrv_channels.values():
             await channel.close()
@@ -146,10 +323,25 @@ class Broker:
     # -- writing -------------------------------------------------------------------------------
 
     async def put(self, messages: list[InboundMessage]) -> PutResult:
-        return await self.service.put_messages(messages)
+        return await self._replicated(await self.service.put_messages(messages))
 
     async def put_batch(self, batch: MessageBatch) -> PutResult:
-        return await self.service.put_batch(batch)
+        return await self._replicated(await self.service.put_batch(batch))
+
+    async def _replicated(self, result: PutResult) -> PutResult:
+        """SYNC_MASTER: a send is acknowledged once a slave holds it (DESIGN §7)."""
+        if self.broker_role is not BrokerRole.SYNC_MASTER or not result.ok:
+            return result
+        if not self.replicas.connected:
+            return result.with_status(
+                PutStatus.SLAVE_NOT_AVAILABLE, "no slave is replicating from this master"
+            )
+        timeout_ms = self.settings.slave_ack_timeout_ms
+        if await self.replicas.wait(result.end_offset, timeout_ms / 1000):
+            return result
+        return result.with_status(
+            PutStatus.FLUSH_SLAVE_TIMEOUT, f"no slave acknowledged within {timeout_ms} ms"
+        )
 
     async def _put_one(self, message: InboundMessage) -> PutResult:
         return await self.service.put_message(message)
@@ -230,9 +422,10 @@ class Broker:
         store, settings = self.store, self.settings
         return {
             "brokerName": settings.broker_name,
-            "brokerId": str(settings.broker_id),
+            "brokerId": str(self.broker_id),
             "cluster": settings.cluster,
-            "brokerRole": settings.broker_role.value,
+            "brokerRole": self.broker_role.value,
+            "epoch": str(self.epoch),
             "flushMode": settings.flush_mode.value,
             "address": self.address,
             "commitLogMinOffset": str(store.commitlog.min_offset),
@@ -291,7 +484,8 @@ class Broker:
             cluster=settings.cluster,
             broker_name=settings.broker_name,
             broker_addr=self.address,
-            broker_id=settings.broker_id,
+            broker_id=self.broker_id,
+            epoch=self.epoch,
             topic_configs={t.topic_name: topic_to_proto(t) for t in self.tables.topics.list()},
             data_version=common_pb2.DataVersion(
                 timestamp_ms=self.tables.topics.data_version.timestamp,
@@ -302,9 +496,12 @@ class Broker:
 
         async def register(address: str) -> None:
             try:
-                await self._namesrv(address).RegisterBroker(request, timeout=5)
+                reply = await self._namesrv(address).RegisterBroker(request, timeout=5)
             except grpc.aio.AioRpcError as error:
                 log.warning("registration with name server %s failed: %s", address, error.details())
+                return
+            if reply.master_addr and reply.master_addr != self.address:
+                self.known_master_addr = reply.master_addr
 
         await asyncio.gather(*(register(a) for a in settings.namesrv_addrs))
 
@@ -314,7 +511,7 @@ class Broker:
             cluster=settings.cluster,
             broker_name=settings.broker_name,
             broker_addr=self.address,
-            broker_id=settings.broker_id,
+            broker_id=self.broker_id,
         )
         for address in settings.namesrv_addrs:
             try:

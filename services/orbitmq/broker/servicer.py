@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.reput import detour
 from orbitmq.broker.topics import retry_topic, topic_to_proto
 from orbitmq.common.names import validate_group_name
@@ -58,7 +59,7 @@ def put_failure(result: PutResult) -> RpcFailure:
     )
 
 
-class BrokerServicer(broker_pb2_grpc.BrokerServicer):
+class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
     def __init__(self, broker: Broker) -> None:
         self.b = broker
 
@@ -178,7 +179,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
             )
         max_count = min(max(request.max_msg_nums, 1), MAX_PULL_BATCH)
         message_filter = self._filter(request.subscription)
-        if request.commit_offset >= 0 and not b.settings.is_slave:  # the pull carries the committed offset
+        if request.commit_offset >= 0 and not b.is_slave:  # the pull carries the committed offset
             b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.commit_offset)
         response = self._read(request, max_count, message_filter)
         suspend_ms = min(request.suspend_timeout_ms, b.settings.max_suspend_ms)
@@ -290,7 +291,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
             retry = retry_topic(group.group_name)
             if (
                 consumer.message_model == common_pb2.CLUSTERING
-                and not self.b.settings.is_slave
+                and not self.b.is_slave
                 and self.b.topics.get(retry) is None
             ):
                 # As RocketMQ does on registration: the group's retry topic exists, and is
@@ -582,7 +583,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     # -- guards --------------------------------------------------------------------------------
 
     def _writable(self) -> None:
-        if self.b.settings.is_slave:
+        if self.b.is_slave:
             raise RpcFailure(
                 ErrorReason.SLAVE_READ_ONLY, f"broker {self.b.address} is a slave and refuses writes"
             )
@@ -590,7 +591,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
             raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
 
     def _master_only(self, what: str) -> None:
-        if self.b.settings.is_slave:
+        if self.b.is_slave:
             raise RpcFailure(
                 ErrorReason.SLAVE_READ_ONLY, f"only a master grants {what}; {self.b.address} is a slave"
             )

@@ -38,6 +38,12 @@ class BrokerSettings(BaseModel):
     """0 = master, 1+ = slave of the same broker name."""
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     data_dir: Path = Path("~/.orbitmq/broker-a").expanduser()
+    master_addr: str = ""
+    """A slave's master; default: the master the name servers know for this broker name."""
+    slave_ack_timeout_ms: int = Field(default=3_000, ge=1)
+    """SYNC_MASTER: how long a send waits for a slave to hold it (then FLUSH_SLAVE_TIMEOUT)."""
+    replica_config_interval_ms: int = Field(default=3_000, ge=10)
+    """How often a slave copies topics, groups, consumer offsets and delay progress."""
 
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
     segment_bytes: int = Field(default=1 * GIB, ge=64 * 1024)
@@ -77,7 +83,7 @@ class BrokerSettings(BaseModel):
     config_persist_interval_ms: int = Field(default=5_000, ge=10)
     grace_ms: int = Field(default=5_000, ge=0)
 
-    @field_validator("listen", "advertise_addr")
+    @field_validator("listen", "advertise_addr", "master_addr")
     @classmethod
     def _check_address(cls, value: str | None) -> str | None:
         if value:

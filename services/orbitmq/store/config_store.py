@@ -370,6 +370,15 @@ class JsonConfigStore(Generic[T]):
             return []
         return [p for p in entries if p.name.startswith(prefix) and p.name.endswith(TMP_SUFFIX)]
 
+    def decode(self, raw: bytes, source: str) -> T:
+        """A document received from elsewhere (a master's copy), checked like the file would
+        be; raises :class:`ConfigFileError` naming ``source``."""
+        return self._parse(Path(source), raw, None)
+
+    def encode(self, value: T) -> bytes:
+        """The bytes :meth:`persist` would write for ``value``."""
+        return self._encode(value)
+
     # -- writing
 
     def _encode(self, value: T) -> bytes:
@@ -521,6 +530,26 @@ class _Table(ABC, Generic[F]):
 
     def _changed(self) -> None:
         self._version = self._version.next(self._clock.now_ms())
+
+    def export_json(self) -> bytes:
+        """The whole table as its file's JSON: what a master hands its slaves."""
+        with self._lock:
+            document = self._snapshot()
+        return self._store.encode(document)
+
+    def import_json(self, raw: bytes, source: str) -> bool:
+        """Replace the table with a master's copy (a slave's config sync), keeping the master's
+        data version; returns whether anything changed. The next :meth:`persist` writes it.
+
+        Raises :class:`ConfigFileError` naming ``source`` when the document is not valid.
+        """
+        document = self._store.decode(raw, source)
+        with self._lock:
+            if document.data_version == self._version:
+                return False
+            self._restore(document)
+            self._version = document.data_version
+            return True
 
 
 class _NamedConfigTable(_Table[F], Generic[F, C]):

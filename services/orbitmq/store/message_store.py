@@ -38,8 +38,10 @@ from orbitmq.store.mapped_file import FsyncFn, fsync_directory
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.message_id import decode_offset_msg_id
 from orbitmq.store.record import (
+    BLANK_MAGIC,
     HEADER,
     MAX_PROPERTIES_BYTES,
+    PREFIX,
     RECORD_FIXED_BYTES,
     InboundMessage,
     MessageBatch,
@@ -81,6 +83,8 @@ class OpenReport:
 class MessageStore:
     def __init__(self, config: StoreConfig, *, clock: Clock = SYSTEM_CLOCK, fsync: FsyncFn = os.fdatasync):
         self.config = config
+        self.role = config.broker_role
+        """Changes on failover: a slave refuses writes and does not correct offsets by default."""
         self.clock = clock
         self._fsync = fsync
         root = config.data_dir
@@ -224,7 +228,7 @@ class MessageStore:
         """
         if not self._open:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
-        if self.config.broker_role is BrokerRole.SLAVE:
+        if self.role is BrokerRole.SLAVE:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, reason="a batch must hold at least one message")
@@ -295,7 +299,7 @@ class MessageStore:
         """
         if not self._open:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
-        if self.config.broker_role is BrokerRole.SLAVE:
+        if self.role is BrokerRole.SLAVE:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
         bodies, properties = batch.bodies, batch.properties
         count = len(bodies)
@@ -408,6 +412,53 @@ class MessageStore:
         )
         self._queues[(topic, queue_id)] = queue
         return queue
+
+    # -- replication ---------------------------------------------------------------------------
+
+    def append_replicated(self, offset: int, data: bytes) -> None:
+        """Whole records copied from the master's log, placed at the same offsets (a slave);
+        the dispatcher then builds consume queues and index from them as from local writes."""
+        self.commitlog.append_raw(offset, data)
+
+    def replication_span(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records (and a segment's closing blank) from ``offset``: what a master streams
+        to its slaves. About ``max_bytes``, more only when one record is bigger; never past the
+        end of ``offset``'s segment, and empty when nothing is there yet."""
+        data = self.commitlog.read_span(offset, max_bytes)
+        end = 0
+        while end + PREFIX.size <= len(data):
+            total, magic = PREFIX.unpack_from(data, end)
+            if total <= 0 or end + total > len(data):
+                if end == 0 and magic != BLANK_MAGIC and 0 < total <= self.commitlog.segment_bytes:
+                    data = self.commitlog.read_span(offset, total)  # one record bigger than max_bytes
+                    return data if len(data) == total else b""
+                break
+            end += total
+        return data[:end]
+
+    def become_master(self) -> None:
+        """Take writes from now on (a promoted slave): everything replicated is dispatched, and
+        the next queue offsets continue from the consume queues the master's records built."""
+        self.dispatcher.dispatch_pending(_ALL)
+        self.commitlog.queue_offsets = {key: q.max_offset for key, q in self._queues.items()}
+        self.role = BrokerRole.ASYNC_MASTER
+
+    def truncate(self, offset: int) -> int:
+        """Drop everything from commit-log ``offset`` on: a former master rejoining as a slave
+        keeps only what it shares with the new master. Consume-queue units pointing into the cut
+        part go too (index entries may stay: every index hit is re-checked against the log).
+        Returns the bytes cut. Blocking; call with writes and replication stopped."""
+        if offset >= self.commitlog.max_offset:
+            return 0
+        self.dispatcher.dispatch_pending(_ALL)
+        cut = self.commitlog.truncate(offset)
+        for queue in self._queues.values():
+            queue.truncate_tail(self._unit_checker(queue))
+        self.commitlog.queue_offsets = {key: q.max_offset for key, q in self._queues.items()}
+        self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, offset)
+        self.flush_consume_queues()
+        log.warning("store %s: cut %d bytes of commit log after offset %d", self._root, cut, offset)
+        return cut
 
     def dispatch_pending(self, max_bytes: int | None = None) -> int:
         return self.dispatcher.dispatch_pending(max_bytes or self.config.dispatch_chunk_bytes)
@@ -554,7 +605,7 @@ class MessageStore:
         suggest = bool(records) and self.commitlog.max_offset - last_physical > self._slave_advice_lag
         return GetResult(
             status,
-            self._correct(offset, next_offset),
+            next_offset,  # moving past what was read (or filtered out) is progress, not a correction
             queue.min_offset,
             queue.max_offset,
             records,
@@ -562,7 +613,7 @@ class MessageStore:
         )
 
     def _correct(self, old: int, new: int) -> int:
-        if self.config.broker_role is not BrokerRole.SLAVE or self.config.offset_check_in_slave:
+        if self.role is not BrokerRole.SLAVE or self.config.offset_check_in_slave:
             return new
         return old
 

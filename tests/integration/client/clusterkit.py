@@ -48,9 +48,8 @@ class Cluster:
 
     async def start_broker(self, name: str, **overrides: Any) -> RunningBroker:
         self.options.setdefault(name, overrides)
-        running = await start_broker(
-            self.root / name, namesrv=self.address, broker_name=name, **self.options[name]
-        )
+        options = {"broker_name": name, **self.options[name]}
+        running = await start_broker(self.root / name, namesrv=self.address, **options)
         self.brokers[name] = running
         return running
 

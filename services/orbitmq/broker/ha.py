@@ -1,0 +1,348 @@
+"""Master/slave replication, SYNC_MASTER acknowledgements and role changes with epochs (DESIGN §7).
+
+* **Master side** — :class:`ReplicaTracker` knows each connected slave's acknowledged offset;
+  ``Replicate`` streams whole commit-log records to a slave from the offset it names and
+  records its acks; a ``SYNC_MASTER`` send waits until some slave holds it.
+* **Slave side** — :class:`ReplicationClient` finds the master (the name servers tell a
+  registering slave; a role change may name it), aligns its log with the master's (cutting what
+  a former master wrote that the new master never had, found from the two epoch histories),
+  appends what arrives at the same offsets and acknowledges it; every few seconds it copies the
+  master's topics, groups, consumer offsets and delay progress.
+* **Roles** — :class:`RoleState` is the broker's role, id and epoch as last decided, kept in
+  ``ha-role.json`` in the store root so a restart keeps the outcome of a failover (it wins over
+  the configured role). A role change must carry a newer epoch; a promotion records
+  ``(epoch, start offset)`` in the store's epoch file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.server import GRPC_OPTIONS
+from orbitmq.common.tasks import TaskSet
+from orbitmq.store.config import BrokerRole
+from orbitmq.store.config_store import JsonConfigStore
+from orbitmq.store.epoch import EpochEntry, EpochFile, common_point
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+if TYPE_CHECKING:
+    from orbitmq.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+ROLE_FILE = "ha-role.json"
+EPOCH_FILE = "epoch.json"
+CHUNK_BYTES = 1024 * 1024
+"""Most commit-log bytes per replication message."""
+HEARTBEAT_S = 1.0
+"""An idle replication stream sends an empty chunk this often (the slave learns the lag)."""
+RECONNECT_S = 1.0
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class RoleRecord(_Schema):
+    role: BrokerRole
+    broker_id: int = Field(ge=0)
+    epoch: int = Field(ge=0)
+    master_addr: str = ""
+
+
+class RoleState:
+    """The role this broker acts in now: the configured one until a role change is recorded."""
+
+    def __init__(self, root: Path, role: BrokerRole, broker_id: int) -> None:
+        self._store: JsonConfigStore[RoleRecord | None] = JsonConfigStore(
+            root / ROLE_FILE,
+            RoleRecord | None,
+            lambda: None,  # type: ignore[arg-type]
+        )
+        recorded = self._store.load()
+        self.record = recorded or RoleRecord(role=role, broker_id=broker_id, epoch=0)
+        if recorded is not None and (recorded.role, recorded.broker_id) != (role, broker_id):
+            log.warning(
+                "%s says %s with broker id %d (epoch %d), which overrides the configured %s id %d",
+                self._store.path,
+                recorded.role.value,
+                recorded.broker_id,
+                recorded.epoch,
+                role.value,
+                broker_id,
+            )
+
+    def change(self, role: BrokerRole, broker_id: int, epoch: int, master_addr: str = "") -> None:
+        record = RoleRecord(role=role, broker_id=broker_id, epoch=epoch, master_addr=master_addr)
+        self._store.persist(record)
+        self.record = record
+
+
+@dataclass
+class SlaveLink:
+    address: str
+    acked_offset: int
+
+
+class ReplicaTracker:
+    """Master side: connected slaves, their acknowledged offsets, and the sends waiting for them."""
+
+    def __init__(self) -> None:
+        self.slaves: dict[int, SlaveLink] = {}
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self.data = asyncio.Event()
+        """Set when the log grows: idle replication streams wake up and send."""
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.slaves)
+
+    @property
+    def best_acked(self) -> int:
+        return max((link.acked_offset for link in self.slaves.values()), default=-1)
+
+    def attach(self, key: int, address: str, offset: int) -> None:
+        self.slaves[key] = SlaveLink(address, offset)
+        self._wake()
+
+    def detach(self, key: int) -> None:
+        self.slaves.pop(key, None)
+
+    def acked(self, key: int, offset: int) -> None:
+        link = self.slaves.get(key)
+        if link is not None and offset > link.acked_offset:
+            link.acked_offset = offset
+            self._wake()
+
+    def grew(self, *_: object) -> None:
+        """Dispatcher listener: new records are in the log."""
+        self.data.set()
+
+    async def wait(self, end: int, timeout_s: float) -> bool:
+        """Whether a slave acknowledged everything below ``end`` within ``timeout_s``."""
+        if self.best_acked >= end:
+            return True
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entry = (end, waiter)
+        self._waiters.append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(entry)
+
+    def _wake(self) -> None:
+        best = self.best_acked
+        for end, waiter in self._waiters:
+            if end <= best and not waiter.done():
+                waiter.set_result(True)
+
+
+class ReplicationClient:
+    """Slave side: stream the master's log into the local store, and copy its config tables."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+        self._tasks = TaskSet(f"replication:{broker.settings.broker_name}")
+        self.master_addr = ""
+        self.master_max_offset = -1
+        self.connected = asyncio.Event()
+
+    @property
+    def lag_bytes(self) -> int:
+        if self.master_max_offset < 0:
+            return 0
+        return max(0, self.master_max_offset - self.b.store.commitlog.max_offset)
+
+    def start(self) -> None:
+        self._tasks.spawn("stream", self._stream_loop())
+        self._tasks.spawn("config", self._config_loop())
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        self.connected.clear()
+
+    def _master(self) -> str:
+        return self.b.role.record.master_addr or self.b.known_master_addr or self.b.settings.master_addr or ""
+
+    async def _stream_loop(self) -> None:
+        while True:
+            address = self._master()
+            if address and address != self.b.address:
+                try:
+                    await self._stream(address)
+                except (grpc.aio.AioRpcError, RpcFailure, OSError, ValueError) as error:
+                    detail = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
+                    log.info("replication from %s stopped: %s", address, detail)
+            self.connected.clear()
+            await asyncio.sleep(RECONNECT_S)
+
+    async def _stream(self, address: str) -> None:
+        async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            state = await stub.GetHaState(broker_pb2.GetHaStateRequest(), timeout=5)
+            if state.role == BrokerRole.SLAVE.value:
+                raise ValueError(f"{address} is a slave, not a master")
+            await self.b.align_with_master(state)
+            store = self.b.store
+            acks: asyncio.Queue[int] = asyncio.Queue()
+            acks.put_nowait(store.commitlog.max_offset)
+
+            async def ack_stream() -> AsyncIterator[broker_pb2.ReplicaAck]:
+                while True:
+                    offset = await acks.get()
+                    yield broker_pb2.ReplicaAck(
+                        slave_addr=self.b.address, max_offset=offset, epoch=self.b.epoch
+                    )
+
+            call = stub.Replicate(ack_stream())
+            self.master_addr = address
+            self.connected.set()
+            log.info("replicating from master %s at offset %d", address, store.commitlog.max_offset)
+            try:
+                async for chunk in call:
+                    self.master_max_offset = chunk.master_max_offset
+                    if not chunk.data:
+                        continue
+                    if chunk.offset != store.commitlog.max_offset:
+                        raise ValueError(
+                            f"master sent offset {chunk.offset}; "
+                            f"the local log ends at {store.commitlog.max_offset}"
+                        )
+                    store.append_replicated(chunk.offset, chunk.data)
+                    self.b.service.wake_dispatcher()
+                    acks.put_nowait(store.commitlog.max_offset)
+            finally:
+                call.cancel()
+
+    async def _config_loop(self) -> None:
+        interval = self.b.settings.replica_config_interval_ms / 1000
+        while True:
+            address = self._master()
+            if address and address != self.b.address:
+                try:
+                    await self.copy_config(address)
+                except (grpc.aio.AioRpcError, OSError, ValueError) as error:
+                    log.info("config copy from %s failed: %s", address, error)
+            await asyncio.sleep(interval)
+
+    async def copy_config(self, address: str) -> None:
+        async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+            reply = await broker_pb2_grpc.BrokerStub(channel).GetReplicaConfig(
+                broker_pb2.GetReplicaConfigRequest(), timeout=5
+            )
+        tables = self.b.tables
+        source = f"master {address}"
+        for table, raw in (
+            (tables.topics, reply.topics),
+            (tables.subscription_groups, reply.subscription_groups),
+            (tables.consumer_offsets, reply.consumer_offsets),
+            (tables.delay_offsets, reply.delay_offsets),
+        ):
+            if raw:
+                await asyncio.to_thread(table.import_json, raw, source)
+
+
+def open_epoch_file(root: Path) -> EpochFile:
+    epochs = EpochFile(root / EPOCH_FILE)
+    epochs.load()
+    return epochs
+
+
+def epochs_to_proto(entries: list[EpochEntry]) -> list[broker_pb2.EpochRecord]:
+    return [broker_pb2.EpochRecord(epoch=e.epoch, start_offset=e.start_offset) for e in entries]
+
+
+def shared_offset(local: list[EpochEntry], local_max: int, state: broker_pb2.HaState) -> int:
+    """Where this log and the master's (described by ``state``) stop agreeing."""
+    remote = [EpochEntry(r.epoch, r.start_offset) for r in state.epochs]
+    return common_point(local, local_max, remote, state.max_offset)
+
+
+class HaServicer:
+    """The replication RPCs of the Broker service (mixed into its servicer)."""
+
+    b: Broker
+
+    async def Replicate(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        b = self.b
+        if b.is_slave:
+            raise RpcFailure(ErrorReason.SLAVE_READ_ONLY, f"{b.address} is a slave and has no slaves")
+        first = await anext(aiter(request_iterator))
+        store = b.store
+        offset = first.max_offset
+        if not store.commitlog.min_offset <= offset <= store.commitlog.max_offset:
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET,
+                f"slave {first.slave_addr} asks from offset {offset}, but this master holds "
+                f"{store.commitlog.min_offset}..{store.commitlog.max_offset}; it must realign first",
+            )
+        tracker = b.replicas
+        key = id(context)
+        tracker.attach(key, first.slave_addr, offset)
+        log.info("slave %s replicating from offset %d", first.slave_addr, offset)
+
+        async def read_acks() -> None:
+            async for ack in request_iterator:
+                tracker.acked(key, ack.max_offset)
+
+        reader = asyncio.get_running_loop().create_task(read_acks())
+        try:
+            while not reader.done():
+                data = store.replication_span(offset, CHUNK_BYTES)
+                if data:
+                    yield broker_pb2.ReplicaChunk(
+                        offset=offset, data=data, master_max_offset=store.commitlog.max_offset, epoch=b.epoch
+                    )
+                    offset += len(data)
+                    continue
+                tracker.data.clear()
+                if store.commitlog.max_offset > offset:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(tracker.data.wait(), HEARTBEAT_S)
+                if store.commitlog.max_offset <= offset:
+                    yield broker_pb2.ReplicaChunk(
+                        offset=offset, master_max_offset=store.commitlog.max_offset, epoch=b.epoch
+                    )
+        finally:
+            reader.cancel()
+            tracker.detach(key)
+            log.info("slave %s stopped replicating at offset %d", first.slave_addr, offset)
+
+    async def GetReplicaConfig(self, request, context):  # type: ignore[no-untyped-def]
+        tables = self.b.tables
+        return broker_pb2.ReplicaConfig(
+            topics=tables.topics.export_json(),
+            subscription_groups=tables.subscription_groups.export_json(),
+            consumer_offsets=tables.consumer_offsets.export_json(),
+            delay_offsets=tables.delay_offsets.export_json(),
+        )
+
+    async def ChangeRole(self, request, context):  # type: ignore[no-untyped-def]
+        try:
+            role = BrokerRole(request.role)
+        except ValueError:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"role {request.role!r} must be one of {', '.join(r.value for r in BrokerRole)}",
+            ) from None
+        await self.b.change_role(role, request.epoch, request.broker_id, request.master_addr)
+        return self.b.ha_state()
+
+    async def GetHaState(self, request, context):  # type: ignore[no-untyped-def]
+        return self.b.ha_state()
