@@ -215,7 +215,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
-            suggest_which_broker_id=1 if result.suggest_pull_from_slave else 0,
+            # Only a master sends readers elsewhere; a slave always points back to the master.
+            suggest_which_broker_id=1 if result.suggest_pull_from_slave and not self.b.is_slave else 0,
             records=result.records,
         )
 

@@ -44,6 +44,9 @@ class BrokerSettings(BaseModel):
     """SYNC_MASTER: how long a send waits for a slave to hold it (then FLUSH_SLAVE_TIMEOUT)."""
     replica_config_interval_ms: int = Field(default=3_000, ge=10)
     """How often a slave copies topics, groups, consumer offsets and delay progress."""
+    pull_from_slave_lag_bytes: int | None = Field(default=None, ge=0)
+    """A master tells a reader this far behind its log end to read from a slave instead
+    (default 40 % of RAM: beyond that the data is unlikely to be in the page cache)."""
 
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
     segment_bytes: int = Field(default=1 * GIB, ge=64 * 1024)
@@ -137,4 +140,5 @@ class BrokerSettings(BaseModel):
             index_max_entries=self.index_max_entries,
             file_reserved_time_ms=self.file_reserved_time_ms,
             delay_levels=self.delay_levels,
+            pull_from_slave_lag_bytes=self.pull_from_slave_lag_bytes,
         )

@@ -31,7 +31,7 @@ from orbitmq.client.offset_store import LocalFileOffsetStore, RemoteOffsetStoreS
 from orbitmq.client.process_queue import ProcessQueue
 from orbitmq.client.producer import NAMESRV_ENV, client_id
 from orbitmq.client.queue import MessageQueue
-from orbitmq.client.routes import fetch_read_route
+from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
@@ -81,7 +81,11 @@ class PushConsumer:
         self._channels = Channels(namesrv or os.environ.get(NAMESRV_ENV, "127.0.0.1:9876"))
         self._subscriptions: dict[str, common_pb2.Subscription] = {}
         self._tag_filters: dict[str, TagFilter] = {}
-        self._routes: dict[str, tuple[list[MessageQueue], dict[str, str]]] = {}
+        self._routes: dict[str, ReadRoute] = {}
+        self._read_from_slave: set[MessageQueue] = set()
+        """Queues whose master advised reading from a slave (it is far behind)."""
+        self._unreachable_until: dict[str, float] = {}
+        """Broker addresses that failed with UNAVAILABLE, and until when reads avoid them."""
         self._process_queues: dict[MessageQueue, ProcessQueue[StoredMessage]] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._max_offsets: dict[MessageQueue, int] = {}
@@ -229,15 +233,29 @@ class PushConsumer:
                 log.warning("route of %s: %s", topic, error.details())
                 continue
             if route is not None:
-                self._routes[topic] = (route.queues, route.masters)
+                self._routes[topic] = route
         for address in self._broker_addresses():
             self._sessions.ensure(address)
 
     def _broker_addresses(self) -> set[str]:
-        return {address for _, masters in self._routes.values() for address in masters.values()}
+        return {address for route in self._routes.values() for address in route.masters.values()}
 
     def _address(self, mq: MessageQueue) -> str:
-        return self._routes[mq.topic][1][mq.broker_name]
+        return self._routes[mq.topic].masters[mq.broker_name]
+
+    def _read_address(self, mq: MessageQueue) -> str:
+        """Where to pull ``mq`` from: its master, unless the master advised a slave or has just
+        been unreachable and a slave is known (DESIGN §7); back to the master as soon as it
+        answers again or stops advising otherwise."""
+        route = self._routes[mq.topic]
+        master = route.masters[mq.broker_name]
+        slaves = route.slaves.get(mq.broker_name, [])
+        if not slaves:
+            return master
+        down = self._unreachable_until.get(master, 0) > time.monotonic()
+        if down or mq in self._read_from_slave:
+            return next((a for a in slaves if self._unreachable_until.get(a, 0) <= time.monotonic()), master)
+        return master
 
     async def _heartbeat(self) -> None:
         model = (
@@ -271,7 +289,10 @@ class PushConsumer:
             notice = event.reset_offset
             reset = []
             for mq in [m for m in self._process_queues if m.topic == notice.topic]:
-                if mq.queue_id in notice.offsets and self._routes[mq.topic][1].get(mq.broker_name) == address:
+                if (
+                    mq.queue_id in notice.offsets
+                    and self._routes[mq.topic].masters.get(mq.broker_name) == address
+                ):
                     self._drop(mq)
                     self._offsets.update(mq, notice.offsets[mq.queue_id], increase_only=False)
                     reset.append(mq)
@@ -297,7 +318,7 @@ class PushConsumer:
         for topic in list(self._subscriptions):
             if topic not in self._routes:
                 continue
-            queues, masters = self._routes[topic]
+            queues, masters = self._routes[topic].queues, self._routes[topic].masters
             if self.message_model is MessageModel.BROADCASTING:
                 mine = list(queues)
             else:
@@ -371,7 +392,7 @@ class PushConsumer:
             known = self._offsets.read(mq, from_memory=True)
             if known >= 0:
                 return known, True
-        stub = self._channels.broker(self._address(mq))
+        stub = self._channels.broker(self._read_address(mq))  # a slave answers while the master is away
         if self.message_model is MessageModel.CLUSTERING:
             reply = await stub.QueryConsumerOffset(
                 broker_pb2.QueryConsumerOffsetRequest(
@@ -441,7 +462,34 @@ class PushConsumer:
     async def _pull_once(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], offset: int) -> int:
         s = self.settings
         commit = self._offsets.read(mq, True) if self.message_model is MessageModel.CLUSTERING else -1
-        reply = await self._channels.broker(self._address(mq)).PullMessage(
+        address = self._read_address(mq)
+        try:
+            reply = await self._pull_rpc(address, mq, offset, commit)
+        except grpc.aio.AioRpcError as error:
+            if error.code() is grpc.StatusCode.UNAVAILABLE:
+                self._unreachable_until[address] = time.monotonic() + s.exception_delay_ms / 1000 + 5
+                if self._read_address(mq) != address:  # a slave can serve it right away
+                    reply = await self._pull_rpc(self._read_address(mq), mq, offset, commit)
+                else:
+                    raise
+            else:
+                raise
+        self._unreachable_until.pop(address, None)
+        if reply.suggest_which_broker_id:
+            self._read_from_slave.add(mq)
+        else:
+            self._read_from_slave.discard(mq)
+        pq.mark_pulled()
+        if pq.dropped:
+            return offset
+        self._max_offsets[mq] = reply.max_offset
+        return await self._handle_pull(mq, pq, offset, reply)
+
+    async def _pull_rpc(
+        self, address: str, mq: MessageQueue, offset: int, commit: int
+    ) -> broker_pb2.PullMessageResponse:
+        s = self.settings
+        return await self._channels.broker(address).PullMessage(
             broker_pb2.PullMessageRequest(
                 consumer_group=self.group,
                 topic=mq.topic,
@@ -454,10 +502,15 @@ class PushConsumer:
             ),
             timeout=s.suspend_timeout_ms / 1000 + 5,
         )
-        pq.mark_pulled()
-        if pq.dropped:
-            return offset
-        self._max_offsets[mq] = reply.max_offset
+
+    async def _handle_pull(
+        self,
+        mq: MessageQueue,
+        pq: ProcessQueue[StoredMessage],
+        offset: int,
+        reply: broker_pb2.PullMessageResponse,
+    ) -> int:
+        """Hand found messages to the consume service; the next offset to pull."""
         if reply.status == PullStatus.FOUND:
             messages = [_as_delivered(decode(r)) for r in reply.records]
             tag_filter = self._tag_filters.get(mq.topic)

@@ -25,6 +25,8 @@ class ReadRoute:
     """Readable queues on brokers whose master is registered, sorted."""
     masters: dict[str, str]
     """Broker name -> master address."""
+    slaves: dict[str, list[str]]
+    """Broker name -> slave addresses by broker id (reads fall back to them)."""
 
 
 async def fetch_read_route(channels: Channels, topic: str) -> ReadRoute | None:
@@ -50,4 +52,8 @@ async def fetch_read_route(channels: Channels, topic: str) -> ReadRoute | None:
         if q.perm & READ and q.broker_name in masters
         for queue_id in range(q.read_queue_nums)
     )
-    return ReadRoute(queues, masters)
+    slaves = {
+        d.broker_name: [d.broker_addrs[i] for i in sorted(d.broker_addrs) if i != MASTER_ID]
+        for d in route.broker_datas  # type: ignore[attr-defined]
+    }
+    return ReadRoute(queues, masters, slaves)

@@ -231,3 +231,76 @@ async def test_promotion_and_a_returning_master_that_diverged(cluster: Cluster) 
 
     await cluster.restart_broker("a-slave")  # the promoted broker keeps its role across a restart
     assert cluster.brokers["a-slave"].broker.broker_role.value == "ASYNC_MASTER"
+
+
+async def test_consumer_reads_from_the_slave_while_the_master_is_away_and_when_advised(
+    cluster: Cluster,
+) -> None:
+    from clusterkit import FAST, Collector
+
+    from orbitmq.client import ConsumeFromWhere, PushConsumer
+
+    await start_pair(cluster, "ASYNC_MASTER")
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic("Replicated", read_queue_nums=2, write_queue_nums=2)
+    collector = Collector()
+    consumer = PushConsumer(
+        "SlaveReader",
+        cluster.address,
+        listener=collector.listener("c"),
+        settings=FAST,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
+    consumer.subscribe("Replicated")
+    await consumer.start()
+    await send(cluster, 10)
+    await collector.wait_for(10)
+    consumer.suspend()
+    await send(cluster, 50, start=10)
+    await caught_up(cluster)
+    master = cluster.brokers["a-master"].broker
+    slave = cluster.brokers["a-slave"].broker
+    await master.grpc.stop(0)  # gone without a word: the name servers still list it
+    pulls_before = slave.metrics.messages_got.labels("SlaveReader", "Replicated", "broker-a")._value.get()
+    consumer.resume()
+    await collector.wait_for(60)
+    await collector.settle(0.5)
+    assert sorted(set(collector.bodies()), key=int) == [f"{i}" for i in range(60)]
+    served = slave.metrics.messages_got.labels("SlaveReader", "Replicated", "broker-a")._value.get()
+    assert served - pulls_before >= 40, "the slave served what the master could not"
+    await consumer.close()
+
+
+async def test_a_master_far_ahead_of_a_reader_sends_it_to_the_slave(cluster: Cluster) -> None:
+    from clusterkit import FAST, Collector
+
+    from orbitmq.client import ConsumeFromWhere, PushConsumer
+
+    await cluster.start_broker(
+        "a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", pull_from_slave_lag_bytes=1, **HA
+    )
+    await cluster.start_broker("a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **HA)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic("Replicated", read_queue_nums=1, write_queue_nums=1)
+    await send(cluster, 200)
+    await caught_up(cluster)
+    collector = Collector()
+    settings = FAST
+    consumer = PushConsumer(
+        "Advised",
+        cluster.address,
+        listener=collector.listener("c"),
+        settings=settings,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
+    consumer.subscribe("Replicated")
+    await consumer.start()
+    await collector.wait_for(200)
+    got = {
+        name: cluster.brokers[name]
+        .broker.metrics.messages_got.labels("Advised", "Replicated", "broker-a")
+        ._value.get()
+        for name in ("a-master", "a-slave")
+    }
+    assert got["a-master"] > 0 and got["a-slave"] > 0, got
+    await consumer.close()
