@@ -132,6 +132,31 @@ class BrokerStateCollector(Collector):
             events.add_metric([event, name], getattr(b.locks, event))
         yield events
         yield GaugeMetricFamily("orbitmq_long_polls_held", "Pulls waiting for messages", value=b.holds.held)
+        role = GaugeMetricFamily(
+            "orbitmq_broker_role",
+            "1 for the role the broker acts in now",
+            labels=["broker", "broker_id", "role"],
+        )
+        role.add_metric([name, str(b.broker_id), b.broker_role.value], 1)
+        yield role
+        epoch = GaugeMetricFamily(
+            "orbitmq_broker_epoch", "Role-change epoch the broker acts under", labels=["broker"]
+        )
+        epoch.add_metric([name], b.epoch)
+        yield epoch
+        replication = GaugeMetricFamily(
+            "orbitmq_replication_lag_bytes",
+            "Commit-log bytes a slave is behind its master (on a master: per slave; on a slave: its own)",
+            labels=["broker", "slave"],
+        )
+        if b.is_slave:
+            behind = b.replication.lag_bytes if b.replication is not None else 0
+            replication.add_metric([name, b.address], behind)
+        else:
+            end = b.store.commitlog.max_offset
+            for link in b.replicas.slaves.values():
+                replication.add_metric([name, link.address], max(0, end - link.acked_offset))
+        yield replication
         commitlog = b.store.commitlog
         yield GaugeMetricFamily(
             "orbitmq_commitlog_bytes",

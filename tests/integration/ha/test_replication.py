@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -304,3 +305,36 @@ async def test_a_master_far_ahead_of_a_reader_sends_it_to_the_slave(cluster: Clu
     }
     assert got["a-master"] > 0 and got["a-slave"] > 0, got
     await consumer.close()
+
+
+async def test_ha_metrics(cluster: Cluster) -> None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    await start_pair(cluster, "SYNC_MASTER")
+    await eventually(lambda: cluster.brokers["a-master"].broker.replicas.connected, 10)
+    await send(cluster, 5)
+
+    def scrape(name: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        url = cluster.brokers[name].broker.grpc.metrics_url
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    master = await asyncio.to_thread(scrape, "a-master")
+    slave = await asyncio.to_thread(scrape, "a-slave")
+    slave_addr = cluster.brokers["a-slave"].broker.address
+    assert (
+        master[("orbitmq_broker_role", (("broker", "broker-a"), ("broker_id", "0"), ("role", "SYNC_MASTER")))]
+        == 1
+    )
+    assert (
+        slave[("orbitmq_broker_role", (("broker", "broker-a"), ("broker_id", "1"), ("role", "SLAVE")))] == 1
+    )
+    assert master[("orbitmq_broker_epoch", (("broker", "broker-a"),))] == 0
+    assert master[("orbitmq_replication_lag_bytes", (("broker", "broker-a"), ("slave", slave_addr)))] == 0
+    assert ("orbitmq_replication_lag_bytes", (("broker", "broker-a"), ("slave", slave_addr))) in slave
