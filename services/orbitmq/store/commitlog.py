@@ -388,7 +388,7 @@ class CommitLog:
             properties_raw,
             strict=False,  # repeat() is endless; the other columns have one entry per message
         )
-        segment.write(first - segment.start_offset, b"".join(chain.from_iterable(records)))
+        segment.write_parts(first - segment.start_offset, list(chain.from_iterable(records)))
         self._write_offset = end
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, physical)
 

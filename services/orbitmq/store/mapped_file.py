@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 OFFSET_NAME_DIGITS = 20
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
+"""Most buffers one pwritev takes."""
 
 FsyncFn = Callable[[int], None]
 
@@ -74,6 +76,25 @@ class MappedFile:
 
     def write(self, position: int, data: bytes) -> None:
         self._mm[position : position + len(data)] = data
+
+    def write_parts(self, position: int, parts: list[bytes]) -> None:
+        """Write ``parts`` back to back from ``position``: a batch of records without joining them.
+
+        ``pwritev`` copies each part once, straight into the page cache that the mapping shares
+        (Linux has one page cache for both, so readers of the mapping see the bytes at once).
+        Joining first and copying through the mapping copies every byte twice and takes a page
+        fault for each fresh page of the log.
+        """
+        total = sum(map(len, parts))
+        if position < 0 or position + total > self.size:
+            raise ValueError(f"{self.path}: {total} bytes at {position} do not fit in {self.size} bytes")
+        for start in range(0, len(parts), _IOV_MAX):
+            chunk = parts[start : start + _IOV_MAX]
+            length = sum(map(len, chunk))
+            written = os.pwritev(self._fd, chunk, position)
+            if written < length:  # a short write (signal, odd file system): finish through the mapping
+                self._mm[position + written : position + length] = b"".join(chunk)[written:]
+            position += length
 
     def read(self, position: int, length: int) -> bytes:
         return self._mm[position : position + length]

@@ -9,6 +9,7 @@ import pytest
 
 from orbitmq.common.clock import ManualClock
 from orbitmq.store.commitlog import AppendedBatch
+from orbitmq.store.mapped_file import MappedFile
 from orbitmq.store.message_id import encode_offset_msg_id
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import MessageBatch, SysFlag
@@ -131,3 +132,15 @@ def test_batch_msg_ids_are_offset_ids(store_host: str) -> None:
     offsets = [(1 << 40) + 3, (1 << 40) + 123, (1 << 40) + 5123]
     assert appended.msg_ids() == [encode_offset_msg_id(store_host, offset) for offset in offsets]
     assert AppendedBatch(0, [], [], 0, store_host, 0).msg_ids() == []
+
+
+def test_write_parts_lands_every_part_in_order_and_refuses_overflow(tmp_path: Path) -> None:
+    mapped = MappedFile.create(tmp_path, 0, 64 * 1024)
+    try:
+        parts = [bytes([i % 251]) * (i % 7) for i in range(3000)]  # more parts than one pwritev takes
+        mapped.write_parts(100, parts)
+        assert mapped.read(100, sum(map(len, parts))) == b"".join(parts)
+        with pytest.raises(ValueError, match="do not fit"):
+            mapped.write_parts(64 * 1024 - 2, [b"abc"])
+    finally:
+        mapped.close()
