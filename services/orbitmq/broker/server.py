@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
 import sys
 
@@ -428,6 +429,7 @@ class Broker:
             "epoch": str(self.epoch),
             "flushMode": settings.flush_mode.value,
             "address": self.address,
+            "pid": str(os.getpid()),
             "commitLogMinOffset": str(store.commitlog.min_offset),
             "commitLogMaxOffset": str(store.commitlog.max_offset),
             "commitLogFlushedOffset": str(store.commitlog.flushed_offset),

@@ -31,6 +31,20 @@ def local() -> None:
 @click.option("--broker-port", type=click.IntRange(0, 65535), default=10911, show_default=True)
 @click.option("--namesrv-metrics-port", type=click.IntRange(0, 65535), default=9877, show_default=True)
 @click.option("--broker-metrics-port", type=click.IntRange(0, 65535), default=10913, show_default=True)
+@click.option(
+    "--slaves",
+    type=click.IntRange(0, 4),
+    default=0,
+    show_default=True,
+    help="Slaves of the broker: the master becomes SYNC_MASTER and a lost master fails over.",
+)
+@click.option(
+    "--failover-after-ms",
+    type=click.IntRange(500, 600_000),
+    default=3_000,
+    show_default=True,
+    help="How long a master may be unseen before a slave replaces it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
 def up(
     data_dir: Path,
@@ -38,15 +52,20 @@ def up(
     broker_port: int,
     namesrv_metrics_port: int,
     broker_metrics_port: int,
+    slaves: int,
+    failover_after_ms: int,
     as_json: bool,
 ) -> None:
-    """Start a name server and a broker; stop them cleanly on Ctrl-C or SIGTERM."""
+    """Start a name server and a broker (with --slaves, a master/slave group with failover);
+    stop them cleanly on Ctrl-C or SIGTERM."""
     cluster = LocalCluster(
         data_dir=data_dir.expanduser(),
         namesrv_port=namesrv_port,
         broker_port=broker_port,
         namesrv_metrics_port=namesrv_metrics_port,
         broker_metrics_port=broker_metrics_port,
+        slaves=slaves,
+        failover_after_ms=failover_after_ms,
     )
 
     def report(running: LocalCluster) -> None:
@@ -65,7 +84,7 @@ def up(
             return
         print(f"orbitmq local cluster is up (data in {running.data_dir})")
         for name, info in endpoints.items():
-            print(f"  {name:<16} {info['address']:<22} metrics {info['metrics']}")
+            print(f"  {name:<18} {info['address']:<22} metrics {info['metrics']}")
         print(f"  export ORBITMQ_NAMESRV={running.namesrv.address}")
         print("  Ctrl-C stops it; the next `orbitmq local up` continues on the same data.", flush=True)
 

@@ -15,13 +15,23 @@ import logging
 import re
 import signal
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
+from orbitmq.broker.ha import RoleState
+from orbitmq.ha import Decision, Member, Policy, Role, decide
+from orbitmq.store.config import BrokerRole
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+
 log = logging.getLogger(__name__)
 
+POLL_S = 0.5
+"""How often the failover loop looks at the brokers."""
 READY_LINE = re.compile(r"listening on (?P<address>\S+) metrics (?P<metrics>\S+)")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -104,6 +114,21 @@ class Component:
 
 
 @dataclass
+class BrokerMember:
+    """One broker of the local broker group, as the failover loop tracks it."""
+
+    component: Component
+    data_dir: Path
+    last_seen_ms: int = 0
+    state: broker_pb2.HaState | None = None
+
+    @property
+    def running(self) -> bool:
+        process = self.component.process
+        return process is not None and process.returncode is None
+
+
+@dataclass
 class LocalCluster:
     data_dir: Path
     namesrv_port: int = 9876
@@ -111,7 +136,17 @@ class LocalCluster:
     namesrv_metrics_port: int = 9877
     broker_metrics_port: int = 10913
     host: str = "127.0.0.1"
+    slaves: int = 0
+    """Slaves of broker-a; with any, the master is SYNC_MASTER and failover is on."""
+    failover_after_ms: int = 3_000
+    """A master unseen this long is replaced (the decision module's detection window)."""
     components: list[Component] = field(default_factory=list)
+    brokers: list[BrokerMember] = field(default_factory=list)
+    failovers: int = 0
+
+    @property
+    def master_role(self) -> str:
+        return "SYNC_MASTER" if self.slaves else "ASYNC_MASTER"
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -126,23 +161,34 @@ class LocalCluster:
             ],
         )
         await self._start(namesrv)
-        broker = Component(
-            "broker broker-a",
-            [
-                "broker",
-                "--listen",
-                f"{self.host}:{self.broker_port}",
-                "--metrics-listen",
-                f"{self.host}:{self.broker_metrics_port}",
-                "--namesrv",
-                namesrv.address,
-                "--data-dir",
-                str(self.data_dir / "broker-a"),
-                "--broker-name",
-                "broker-a",
-            ],
-        )
-        await self._start(broker)
+        for index in range(self.slaves + 1):
+            # A single broker keeps the original names; a group numbers its members.
+            name = "broker-a" if not self.slaves else f"broker-a-{index}"
+            data = self.data_dir / name
+            port = self.broker_port + 10 * index if self.broker_port else 0
+            metrics = self.broker_metrics_port + 10 * index if self.broker_metrics_port else 0
+            component = Component(
+                f"broker {name}",
+                [
+                    "broker",
+                    "--listen",
+                    f"{self.host}:{port}",
+                    "--metrics-listen",
+                    f"{self.host}:{metrics}",
+                    "--namesrv",
+                    namesrv.address,
+                    "--data-dir",
+                    str(data),
+                    "--broker-name",
+                    "broker-a",
+                    "--broker-role",
+                    self.master_role if index == 0 else "SLAVE",
+                    "--broker-id",
+                    str(index),
+                ],
+            )
+            await self._start(component)
+            self.brokers.append(BrokerMember(component, data))
 
     async def _start(self, component: Component) -> None:
         self.components.append(component)
@@ -159,24 +205,156 @@ class LocalCluster:
             log.info("%s stopped (exit code %s)", component.name, code)
 
     async def watch(self, stop: asyncio.Event) -> Component | None:
-        """Wait for ``stop`` or for a component to exit; returns the component that died."""
-        waits = {asyncio.ensure_future(c.wait()): c for c in self.components}
+        """Wait for ``stop`` or for a component to exit; returns the component that died.
+
+        With slaves, a broker that dies is not the end: the failover loop replaces a lost
+        master and restarts dead brokers as slaves; only the name server's death ends it.
+        """
+        if self.slaves:
+            failover = asyncio.ensure_future(self._failover_loop())
+            watched = [self.namesrv]
+        else:
+            failover = None
+            watched = self.components
+        waits = {asyncio.ensure_future(c.wait()): c for c in watched}
         stopper = asyncio.ensure_future(stop.wait())
         done, _ = await asyncio.wait({stopper, *waits}, return_when=asyncio.FIRST_COMPLETED)
         for task in [stopper, *waits]:
             if task not in done:
                 task.cancel()
+        if failover is not None:
+            failover.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await failover
         for task in done:
             if task in waits:
                 return waits[task]
         return None
 
+    # -- failover ------------------------------------------------------------------------------
+
+    async def _failover_loop(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            try:
+                await self.failover_step()
+            except (grpc.aio.AioRpcError, ComponentFailed, OSError, ValueError) as error:
+                log.warning("failover step failed: %s", error)
+
+    async def failover_step(self) -> Decision:
+        """Observe every broker, apply the decision module's verdict, restart dead brokers."""
+        now = int(time.time() * 1000)
+        members = []
+        for broker in self.brokers:
+            alive = False
+            if broker.running and broker.component.address:
+                try:
+                    async with grpc.aio.insecure_channel(broker.component.address) as channel:
+                        broker.state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
+                            broker_pb2.GetHaStateRequest(), timeout=1
+                        )
+                    broker.last_seen_ms, alive = now, True
+                except grpc.aio.AioRpcError:
+                    pass
+            if broker.state is not None:
+                members.append(
+                    Member(
+                        name=broker.component.name,
+                        role=Role.SLAVE if broker.state.role == "SLAVE" else Role.MASTER,
+                        epoch=broker.state.epoch,
+                        max_offset=broker.state.max_offset,
+                        alive=alive,
+                        last_heartbeat_ms=broker.last_seen_ms,
+                    )
+                )
+        decision = (
+            decide(members, now, Policy(detection_window_ms=self.failover_after_ms)) if members else None
+        )
+        if decision is not None and not decision.nothing:
+            await self._apply(decision)
+        await self._restart_dead()
+        return decision  # type: ignore[return-value]
+
+    def _member(self, name: str) -> BrokerMember:
+        return next(b for b in self.brokers if b.component.name == name)
+
+    def _live_master(self) -> BrokerMember | None:
+        masters = [b for b in self.brokers if b.running and b.state is not None and b.state.role != "SLAVE"]
+        return max(masters, key=lambda b: b.state.epoch if b.state else -1, default=None)
+
+    def _free_slave_id(self, leaving: int | None = None) -> int:
+        used = {b.state.broker_id for b in self.brokers if b.running and b.state is not None}
+        if leaving is not None and leaving > 0 and leaving not in used - {leaving}:
+            return leaving
+        return next(i for i in range(1, len(self.brokers) + 2) if i not in used)
+
+    async def _change(self, broker: BrokerMember, request: broker_pb2.ChangeRoleRequest) -> None:
+        async with grpc.aio.insecure_channel(broker.component.address) as channel:
+            broker.state = await broker_pb2_grpc.BrokerStub(channel).ChangeRole(request, timeout=10)
+
+    async def _apply(self, decision: Decision) -> None:
+        log.warning("failover decision: %s", decision.reason)
+        if decision.promote is not None:
+            chosen = self._member(decision.promote)
+            old_id = chosen.state.broker_id if chosen.state else 0
+            await self._change(
+                chosen,
+                broker_pb2.ChangeRoleRequest(role=self.master_role, epoch=decision.epoch, broker_id=0),
+            )
+            self.failovers += 1
+            print(
+                f"orbitmq local: failover {self.failovers}: {chosen.component.name} is master at epoch "
+                f"{decision.epoch} ({decision.reason})",
+                flush=True,
+            )
+            for broker in self.brokers:  # the dead master will come back under the freed id
+                if broker is not chosen and broker.state is not None and broker.state.broker_id == 0:
+                    broker.state.broker_id = old_id
+        master = self._live_master()
+        for name in decision.demote:
+            broker = self._member(name)
+            if broker.running and master is not None and master is not broker:
+                await self._change(
+                    broker,
+                    broker_pb2.ChangeRoleRequest(
+                        role="SLAVE",
+                        epoch=decision.epoch,
+                        broker_id=self._free_slave_id(),
+                        master_addr=master.component.address,
+                    ),
+                )
+
+    async def _restart_dead(self) -> None:
+        """A dead broker comes back as a slave of the live master; with no other master it
+        comes back as it was (nothing was decided without it)."""
+        master = self._live_master()
+        for broker in self.brokers:
+            if broker.running:
+                continue
+            if master is not None and master is not broker:
+                assert master.state is not None
+                role = RoleState(broker.data_dir, BrokerRole.SLAVE, 1)
+                leaving = broker.state.broker_id if broker.state else None
+                role.change(
+                    BrokerRole.SLAVE,
+                    self._free_slave_id(leaving),
+                    master.state.epoch,
+                    master.component.address,
+                )
+                log.warning("restarting %s as a slave of %s", broker.component.name, master.component.name)
+            elif broker.state is not None and broker.state.role != "SLAVE":
+                continue  # the lost master: wait for the decision (a blip, or no candidate yet)
+            await broker.component.start()
+
     @property
     def namesrv(self) -> Component:
         return self.components[0]
 
-    def endpoints(self) -> dict[str, dict[str, str]]:
-        return {c.name: {"address": c.address, "metrics": c.metrics_url} for c in self.components}
+    def endpoints(self) -> dict[str, dict[str, str | int]]:
+        return {
+            c.name: {"address": c.address, "metrics": c.metrics_url, "pid": c.process.pid if c.process else 0}
+            for c in self.components
+        }
 
 
 async def run_local(cluster: LocalCluster, report: Callable[[LocalCluster], None]) -> int:
