@@ -80,10 +80,19 @@ def bench_store(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
 @click.option("--messages", default=20_000, show_default=True, type=click.IntRange(1_000, 1_000_000))
 @click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
-def bench_send(as_json: bool, messages: int, work_dir: Path | None) -> None:
+@click.option(
+    "--replication", is_flag=True, help="Instead: SYNC_MASTER vs ASYNC_MASTER sends and slave catch-up."
+)
+def bench_send(as_json: bool, messages: int, work_dir: Path | None, replication: bool) -> None:
     """Broker send/pull figures against a bare gRPC echo server (also: orbitmq bench pull)."""
-    from orbitmq.bench.broker import run
     from orbitmq.bench.figures import emit
+
+    if replication:
+        from orbitmq.bench.replication import run as run_replication
+
+        run_replication(lambda f: emit(f, as_json), messages=messages, work_dir=work_dir)
+        return
+    from orbitmq.bench.broker import run
 
     run(lambda f: emit(f, as_json), messages=messages, work_dir=work_dir)
 
