@@ -338,3 +338,58 @@ async def test_ha_metrics(cluster: Cluster) -> None:
     assert master[("orbitmq_broker_epoch", (("broker", "broker-a"),))] == 0
     assert master[("orbitmq_replication_lag_bytes", (("broker", "broker-a"), ("slave", slave_addr)))] == 0
     assert ("orbitmq_replication_lag_bytes", (("broker", "broker-a"), ("slave", slave_addr))) in slave
+
+
+async def test_sync_master_times_out_when_its_slave_stops_acknowledging(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+
+    await cluster.start_broker(
+        "a-master",
+        broker_name="broker-a",
+        broker_role="SYNC_MASTER",
+        replica_config_interval_ms=100,
+        slave_ack_timeout_ms=500,
+    )
+    master = cluster.brokers["a-master"].broker
+    config = tmp_path / "slave.yaml"
+    config.write_text(f"master_addr: '{master.address}'\n")
+    slave = subprocess.Popen(  # noqa: ASYNC220 - a real process, so it can be frozen with SIGSTOP
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "broker",
+            "--config",
+            str(config),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--namesrv",
+            "",
+            "--data-dir",
+            str(tmp_path / "slave"),
+            "--broker-role",
+            "SLAVE",
+            "--broker-id",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await eventually(lambda: master.replicas.connected, 30)
+        assert await send(cluster, 3) == [SendStatus.SEND_OK] * 3
+        os.kill(slave.pid, signal.SIGSTOP)
+        assert await send(cluster, 1, start=3) == [SendStatus.FLUSH_SLAVE_TIMEOUT]
+        os.kill(slave.pid, signal.SIGCONT)
+        await eventually(lambda: master.replicas.best_acked == master.store.commitlog.max_offset, 10)
+        assert await send(cluster, 1, start=4) == [SendStatus.SEND_OK]
+    finally:
+        os.kill(slave.pid, signal.SIGCONT)
+        slave.terminate()
+        await asyncio.to_thread(slave.wait, 15)
