@@ -1,0 +1,248 @@
+"""The sidecar process: a push consumer for the configured group, served to local applications.
+
+``run`` starts the consumer and the local gRPC server (health, reflection, ``/metrics``), and on
+SIGTERM drains: stop fetching and handing out, wait (up to ``drain_timeout_ms``) for the
+acknowledgements of deliveries in flight, withdraw the rest unacknowledged, then close the
+consumer (offsets persisted, queue locks released, group left) — a rolling restart neither
+loses nor duplicates messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from orbitmq.client.consumer import PushConsumer
+from orbitmq.client.consumer_metrics import ConsumerMetrics
+from orbitmq.client.consumer_types import (
+    ConsumeFromWhere,
+    ConsumerSettings,
+    ConsumeStatus,
+    MessageModel,
+    OrderlyStatus,
+)
+from orbitmq.client.message import Message
+from orbitmq.client.producer import Producer
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.server import GrpcServer
+from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_delivery
+from orbitmq.sidecar.settings import SidecarSettings
+from orbitmq.store.record import StoredMessage
+from orbitmq.v1 import broker_pb2, sidecar_pb2, sidecar_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
+from orbitmq.v1.sidecar_pb2 import AckStatus
+
+log = logging.getLogger(__name__)
+
+SERVICE = "orbitmq.v1.Sidecar"
+FROM = {
+    "first": ConsumeFromWhere.FIRST_OFFSET,
+    "last": ConsumeFromWhere.LAST_OFFSET,
+    "timestamp": ConsumeFromWhere.TIMESTAMP,
+}
+
+
+class Sidecar:
+    def __init__(self, settings: SidecarSettings) -> None:
+        self.settings = settings
+        self.hub = DeliveryHub()
+        self.grpc = GrpcServer("sidecar", settings.listen, metrics_listen=settings.metrics_listen)
+        self.metrics = ConsumerMetrics(settings.group, settings.instance_name, registry=self.grpc.registry)
+        self.grpc.registry.register(_SidecarCollector(self))
+        self.consumer = PushConsumer(
+            settings.group,
+            settings.namesrv,
+            listener=self._listen_orderly if settings.orderly else self._listen,
+            orderly=settings.orderly,
+            message_model=MessageModel(settings.message_model),
+            consume_from=FROM[settings.consume_from],
+            consume_timestamp_ms=settings.consume_timestamp_ms,
+            settings=ConsumerSettings(
+                consume_threads=settings.max_in_flight,
+                rebalance_ms=settings.rebalance_ms,
+                persist_ms=settings.persist_ms,
+                heartbeat_ms=settings.heartbeat_ms,
+                lock_renew_ms=settings.lock_renew_ms,
+                route_refresh_ms=settings.route_refresh_ms,
+                shutdown_timeout_ms=1_000,
+            ),
+            instance_name=settings.instance_name,
+            metrics=self.metrics,
+        )
+        for spec in settings.specs:
+            self.consumer.subscribe(spec.topic, spec.expression, sql=spec.sql)
+        self.producer = Producer(f"{settings.group}-sidecar", settings.namesrv)
+        self.address = ""
+
+    # -- listeners (the push consumer calls these) -----------------------------------------------
+
+    async def _listen(self, messages: list[StoredMessage]) -> ConsumeStatus:
+        for message in messages:
+            if await self.hub.deliver(message) != AckStatus.SUCCESS:
+                return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def _listen_orderly(self, messages: list[StoredMessage]) -> OrderlyStatus:
+        for message in messages:
+            if await self.hub.deliver(message) != AckStatus.SUCCESS:
+                return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return OrderlyStatus.SUCCESS
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.grpc.add_service(
+            SERVICE, lambda s: sidecar_pb2_grpc.add_SidecarServicer_to_server(_Servicer(self), s)
+        )
+        self.grpc.bind()
+        self.address = self.grpc.address
+        await self.producer.start()
+        await self.consumer.start()
+        await self.grpc.start()
+
+    async def drain(self) -> None:
+        """Stop fetching, collect in-flight acknowledgements (bounded), leave the group."""
+        started = time.monotonic()
+        await self.grpc.set_serving(False)
+        self.consumer.suspend()
+        await self.hub.set_paused(True)
+        withdrawn = self.hub.cancel_waiting()
+        deadline = started + self.settings.drain_timeout_ms / 1000
+        while self.hub.in_flight and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded poll
+            await asyncio.sleep(0.02)
+        unanswered = self.hub.cancel_all()
+        await self.consumer.close()
+        await self.producer.close()
+        log.info(
+            "sidecar drained in %.2f s: %d delivery(ies) withdrawn before hand-out, %d unanswered",
+            time.monotonic() - started,
+            withdrawn,
+            unanswered,
+        )
+        await self.grpc.stop(1.0)
+
+
+class _Servicer(sidecar_pb2_grpc.SidecarServicer):
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.s = sidecar
+
+    async def Consume(self, request_iterator, context) -> AsyncIterator[sidecar_pb2.Delivery]:  # type: ignore[no-untyped-def,override]
+        hub = self.s.hub
+        first = await anext(aiter(request_iterator))
+        if first.WhichOneof("kind") != "hello":
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, "a Consume stream starts with a hello")
+        if first.hello.max_in_flight < 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT, f"max_in_flight must be >= 0, got {first.hello.max_in_flight}"
+            )
+        stream = AppStream(
+            first.hello.app_id or context.peer(), first.hello.max_in_flight or self.s.settings.max_in_flight
+        )
+        await hub.attach(stream)
+        log.info("application %s connected (max in flight %d)", stream.app_id, stream.max_in_flight)
+
+        async def read_acks() -> None:
+            async for request in request_iterator:
+                if request.WhichOneof("kind") == "ack":
+                    await hub.ack(stream, request.ack.delivery_id, request.ack.status)
+
+        reader = asyncio.get_running_loop().create_task(read_acks())
+        taking: asyncio.Task[Pending] | None = None
+        try:
+            while True:
+                taking = asyncio.get_running_loop().create_task(hub.next_for(stream))
+                done, _ = await asyncio.wait({taking, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if taking not in done:
+                    return  # the application is gone; what it held (even just taken) is re-queued
+                yield to_delivery(taking.result())
+        finally:
+            # gRPC cancels this handler when the application goes: stop taking before detaching,
+            # or a waiting take would grab a re-queued delivery for a stream that is gone.
+            reader.cancel()
+            if taking is not None:
+                taking.cancel()
+            await hub.detach(stream)
+            log.info("application %s disconnected", stream.app_id)
+
+    async def Send(self, request, context):  # type: ignore[no-untyped-def]
+        m = request.message
+        properties = dict(m.properties)
+        message = Message(m.topic, m.body, properties=properties, flag=m.flag)
+        result = await self.s.producer.send(message, sharding_key=request.sharding_key or None)
+        return sidecar_pb2.SidecarSendResponse(
+            status=broker_pb2.SendStatus.Value(result.status.value),
+            msg_id=result.msg_id,
+            broker_name=result.broker_name,
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+        )
+
+    async def Pause(self, request, context):  # type: ignore[no-untyped-def]
+        self.s.consumer.suspend()
+        await self.s.hub.set_paused(True)
+        return sidecar_pb2.PauseResponse()
+
+    async def Resume(self, request, context):  # type: ignore[no-untyped-def]
+        await self.s.hub.set_paused(False)
+        self.s.consumer.resume()
+        return sidecar_pb2.ResumeResponse()
+
+
+class _SidecarCollector(Collector):
+    def __init__(self, sidecar: Sidecar) -> None:
+        self._s = sidecar
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        hub, group = self._s.hub, self._s.settings.group
+        yield _gauge(
+            "orbitmq_sidecar_in_flight", "Deliveries handed out, not yet acknowledged", group, hub.in_flight
+        )
+        yield _gauge("orbitmq_sidecar_waiting", "Deliveries waiting for an application", group, hub.waiting)
+        deliveries = CounterMetricFamily(
+            "orbitmq_sidecar_deliveries",
+            "Deliveries handed to applications (redelivered: after a disconnect)",
+            labels=["group", "kind"],
+        )
+        deliveries.add_metric([group, "all"], hub.delivered)
+        deliveries.add_metric([group, "redelivered"], hub.redelivered)
+        yield deliveries
+        acks = CounterMetricFamily(
+            "orbitmq_sidecar_acks", "Acknowledgements by status", labels=["group", "status"]
+        )
+        for status in ("SUCCESS", "LATER", "SUSPEND"):
+            acks.add_metric([group, status], hub.acks.get(status, 0))
+        yield acks
+
+
+def _gauge(name: str, documentation: str, group: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=["group"])
+    family.add_metric([group], value)
+    return family
+
+
+async def run(settings: SidecarSettings) -> None:
+    """Run a sidecar until SIGTERM or SIGINT, then drain."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    sidecar = Sidecar(settings)
+    try:
+        await sidecar.start()
+    except (grpc.aio.AioRpcError, OSError, RpcFailure) as error:
+        print(f"orbitmq sidecar: cannot start: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    print(
+        f"sidecar {settings.group} listening on {sidecar.address} metrics {sidecar.grpc.metrics_url}",
+        flush=True,
+    )
+    await stop.wait()
+    await sidecar.drain()

@@ -1,0 +1,306 @@
+"""Sidecars as real processes against a real cluster, applications through the thin client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
+from clusterkit import Cluster, eventually, start_cluster
+
+from orbitmq.client import Admin, Message, Producer
+from orbitmq.sidecar.client import SidecarClient
+
+pytestmark = pytest.mark.timeout(180)
+
+FAST = [
+    "--rebalance-ms",
+    "1000",
+    "--heartbeat-ms",
+    "500",
+    "--persist-ms",
+    "300",
+    "--route-refresh-ms",
+    "1000",
+    "--lock-renew-ms",
+    "500",
+    "--consume-from",
+    "first",
+    "--listen",
+    "127.0.0.1:0",
+    "--metrics-listen",
+    "127.0.0.1:0",
+    "--drain-timeout-ms",
+    "5000",
+]
+
+
+@dataclass
+class Sidecar:
+    process: subprocess.Popen[str]
+    address: str
+    metrics: str
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    async def wait(self) -> int:
+        return await asyncio.to_thread(self.process.wait, 60)
+
+
+async def start_sidecar(cluster: Cluster, group: str, *extra: str, name: str = "app") -> Sidecar:
+    process = subprocess.Popen(  # noqa: ASYNC220 - its output is read in a thread
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "sidecar",
+            "--namesrv",
+            cluster.address,
+            "--group",
+            group,
+            "--instance-name",
+            name,
+            *FAST,
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=(cluster.root / f"sidecar-{name}.log").open("w"),  # a pipe nobody reads could fill up
+        text=True,
+    )
+    assert process.stdout is not None
+    line = await asyncio.to_thread(process.stdout.readline)  # the cluster runs on this loop
+    if "listening on" not in line:
+        process.kill()
+        raise AssertionError(
+            f"sidecar did not start: {line!r} {process.stderr.read() if process.stderr else ''}"
+        )
+    address = line.split("listening on ")[1].split()[0]
+    return Sidecar(process, address, line.split(" metrics ")[1].strip())
+
+
+@dataclass
+class App:
+    """An application behind one sidecar: records every delivery, acknowledges as told."""
+
+    name: str
+    received: list[tuple[str, int, int]] = field(default_factory=list)
+    answer: str = "ack"
+    task: asyncio.Task[None] | None = None
+
+    def bodies(self) -> list[str]:
+        return [body for body, _, _ in self.received]
+
+    async def run(self, address: str, max_in_flight: int = 0) -> None:
+        async with SidecarClient(address) as client:
+            try:
+                async for delivery in client.deliveries(app_id=self.name, max_in_flight=max_in_flight):
+                    self.received.append((delivery.body.decode(), delivery.queue_id, delivery.queue_offset))
+                    if self.answer == "ack":
+                        await delivery.ack()
+            except Exception:  # the sidecar went away: the application just stops
+                return
+
+    def start(self, address: str, max_in_flight: int = 0) -> App:
+        self.task = asyncio.get_running_loop().create_task(self.run(address, max_in_flight))
+        return self
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    running = await start_cluster(tmp_path)
+    async with Admin(running.address) as admin:
+        await admin.create_topic("Work", read_queue_nums=8, write_queue_nums=8)
+    yield running
+    await running.close()
+
+
+async def produce(cluster: Cluster, start: int, count: int, key: str | None = None) -> None:
+    async with Producer("PG", cluster.address) as producer:
+        for i in range(start, start + count):
+            body = f"{key}:{i}" if key else f"{i}"
+            await producer.send(Message("Work", body.encode()), sharding_key=key)
+
+
+async def test_two_sidecars_share_queues_and_one_takes_over_after_sigkill(cluster: Cluster) -> None:
+    sidecars = [await start_sidecar(cluster, "Shared", "--subscribe", "Work", name=f"s{i}") for i in range(2)]
+    apps = [App(f"a{i}").start(s.address) for i, s in enumerate(sidecars)]
+    try:
+        await produce(cluster, 0, 200)
+        await eventually(lambda: len({b for a in apps for b in a.bodies()}) == 200, 60, lambda: "first 200")
+        assert all(a.received for a in apps), "both sidecars consumed"
+        sidecars[1].signal(signal.SIGKILL)
+        killed = time.monotonic()
+        await sidecars[1].wait()
+        await produce(cluster, 200, 200)
+        await eventually(
+            lambda: set(apps[0].bodies()) >= {f"{i}" for i in range(200, 400)},
+            60,
+            lambda: "the survivor took over",
+        )
+        took = time.monotonic() - killed
+        everything = Counter(b for a in apps for b in a.bodies())
+        assert set(everything) == {f"{i}" for i in range(400)}, "every message consumed at least once"
+        print(
+            f"takeover: all 200 later messages consumed {took:.2f} s after the SIGKILL; "
+            f"{sum(everything.values()) - 400} redelivered"
+        )
+        assert took < 1.0 + 60 + 10  # rebalance interval + lock expiry + margin
+    finally:
+        for app in apps:
+            await app.stop()
+        for sidecar in sidecars:
+            sidecar.signal(signal.SIGKILL)
+            await sidecar.wait()
+
+
+async def test_graceful_sigterm_loses_and_duplicates_nothing(cluster: Cluster) -> None:
+    first = await start_sidecar(cluster, "Rolling", "--subscribe", "Work", name="old")
+    app = App("old").start(first.address)
+    producing = asyncio.create_task(produce(cluster, 0, 600))
+    await eventually(lambda: len(app.received) >= 150, 60, lambda: "some consumed before the restart")
+    first.signal(signal.SIGTERM)
+    assert await first.wait() == 0
+    second = await start_sidecar(cluster, "Rolling", "--subscribe", "Work", name="new")
+    fresh = App("new").start(second.address)
+    try:
+        await producing
+        await eventually(lambda: len(app.received) + len(fresh.received) >= 600, 60, lambda: "all 600")
+        await asyncio.sleep(1.5)
+        everything = Counter(app.bodies() + fresh.bodies())
+        assert set(everything) == {f"{i}" for i in range(600)}, "nothing lost"
+        assert max(everything.values()) == 1, (
+            f"duplicated: {[b for b, n in everything.items() if n > 1][:10]}"
+        )
+    finally:
+        await app.stop()
+        await fresh.stop()
+        second.signal(signal.SIGTERM)
+        await second.wait()
+
+
+async def test_orderly_per_queue_across_a_sidecar_restart(cluster: Cluster) -> None:
+    keys = [f"k{i}" for i in range(6)]
+    sidecar = await start_sidecar(cluster, "Ordered", "--subscribe", "Work", "--orderly", name="o1")
+    app = App("o1").start(sidecar.address)
+    for step in range(20):
+        for key in keys:
+            await produce(cluster, step, 1, key=key)
+    await eventually(lambda: len(app.received) >= 40, 60, lambda: "some consumed")
+    sidecar.signal(signal.SIGKILL)
+    await sidecar.wait()
+    await app.stop()
+    restarted = await start_sidecar(cluster, "Ordered", "--subscribe", "Work", "--orderly", name="o2")
+    again = App("o2").start(restarted.address)
+    try:
+        for step in range(20, 30):
+            for key in keys:
+                await produce(cluster, step, 1, key=key)
+        expected = {f"{k}:{s}" for k in keys for s in range(30)}
+        await eventually(lambda: set(app.bodies() + again.bodies()) >= expected, 90, lambda: "all steps")
+        redelivered = len(app.received) + len(again.received) - len(expected)
+        for key in keys:
+            for run in (app, again):
+                steps = [int(b.split(":")[1]) for b in run.bodies() if b.startswith(f"{key}:")]
+                seen: set[int] = set()
+                for s in steps:  # within one sidecar's run, a key's steps come in order
+                    assert s == min(steps) or s - 1 in seen, f"{key} out of order in {run.name}: {steps}"
+                    seen.add(s)
+        print(f"orderly restart: {len(expected)} messages, {redelivered} redelivered after the SIGKILL")
+    finally:
+        await again.stop()
+        restarted.signal(signal.SIGTERM)
+        await restarted.wait()
+
+
+async def test_unacknowledged_deliveries_of_a_disconnected_app_go_to_another(cluster: Cluster) -> None:
+    sidecar = await start_sidecar(
+        cluster, "Handover", "--subscribe", "Work", "--max-in-flight", "8", name="h"
+    )
+    silent = App("silent", answer="none").start(sidecar.address, max_in_flight=5)
+    try:
+        await produce(cluster, 0, 20)
+        await eventually(lambda: len(silent.received) == 5, 30, lambda: f"{len(silent.received)} held")
+        await asyncio.sleep(0.5)
+        assert len(silent.received) == 5, "never more than its max in flight"
+        await silent.stop()
+        helper = App("helper").start(sidecar.address)
+        await eventually(
+            lambda: set(helper.bodies()) == {f"{i}" for i in range(20)},
+            30,
+            lambda: f"{helper.received} {silent.received}",
+        )
+        assert set(silent.bodies()) <= set(helper.bodies()), "what the silent app held was redelivered"
+        samples = await asyncio.to_thread(scrape, sidecar.metrics)
+        assert (
+            samples[("orbitmq_sidecar_deliveries_total", (("group", "Handover"), ("kind", "redelivered")))]
+            >= 5
+        )
+        assert samples[("orbitmq_sidecar_acks_total", (("group", "Handover"), ("status", "SUCCESS")))] >= 20
+        assert samples[("orbitmq_sidecar_in_flight", (("group", "Handover"),))] == 0
+        assigned = [v for (n, _), v in samples.items() if n == "orbitmq_client_queues_assigned"]
+        assert sum(assigned) >= 8, "the client metrics of the sidecar's consumer are served too"
+        await helper.stop()
+    finally:
+        sidecar.signal(signal.SIGTERM)
+        assert await sidecar.wait() == 0
+
+
+async def test_send_through_the_sidecar_and_bad_settings(cluster: Cluster) -> None:
+    sidecar = await start_sidecar(cluster, "Sender", "--subscribe", "Work", name="x")
+    try:
+        async with SidecarClient(sidecar.address) as client:
+            reply = await client.send("Work", b"via sidecar", tags="T", keys=["k1"])
+        assert reply.status == 1 and reply.msg_id
+    finally:
+        sidecar.signal(signal.SIGTERM)
+        await sidecar.wait()
+    bad = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "sidecar",
+            "--namesrv",
+            cluster.address,
+            "--group",
+            "G",
+            "--subscribe",
+            "Work:sql:a >",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
+    assert bad.returncode != 0 and "invalid SQL92 expression 'a >'" in bad.stderr

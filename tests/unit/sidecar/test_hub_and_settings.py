@@ -1,0 +1,83 @@
+"""The delivery hub's hand-over rules and the sidecar's settings validation."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+from pydantic import ValidationError
+
+from orbitmq.sidecar.hub import AppStream, DeliveryHub, StreamDetached
+from orbitmq.sidecar.settings import SidecarSettings, SubscriptionSpec
+from orbitmq.v1.sidecar_pb2 import AckStatus
+
+
+@dataclass
+class FakeMessage:
+    body: int
+
+
+async def test_a_detached_streams_deliveries_go_to_the_next_stream_in_order() -> None:
+    hub = DeliveryHub()
+    verdicts = [asyncio.create_task(hub.deliver(FakeMessage(i))) for i in range(8)]  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    silent = AppStream("silent", 5)
+    await hub.attach(silent)
+    held = [(await hub.next_for(silent)).message.body for _ in range(5)]
+    assert held == [0, 1, 2, 3, 4] and hub.in_flight == 5
+    waiting = asyncio.create_task(hub.next_for(silent))  # a take still waiting when the stream goes
+    await asyncio.sleep(0)
+    await hub.detach(silent)
+    with pytest.raises(StreamDetached):
+        await waiting
+    helper = AppStream("helper", 32)
+    await hub.attach(helper)
+    order = []
+    for _ in range(8):
+        pending = await asyncio.wait_for(hub.next_for(helper), 1)
+        order.append(pending.message.body)
+        await hub.ack(helper, pending.delivery_id, AckStatus.SUCCESS)
+    assert order == list(range(8))
+    assert await asyncio.gather(*verdicts) == [AckStatus.SUCCESS] * 8
+    assert hub.redelivered == 5 and hub.acks == {"SUCCESS": 8}
+
+
+async def test_pause_holds_deliveries_and_a_stream_never_exceeds_its_limit() -> None:
+    hub = DeliveryHub()
+    for i in range(3):
+        asyncio.create_task(hub.deliver(FakeMessage(i)))  # type: ignore[arg-type]  # noqa: RUF006
+    await asyncio.sleep(0)
+    stream = AppStream("app", 1)
+    await hub.attach(stream)
+    await hub.set_paused(True)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(hub.next_for(stream), 0.1)
+    await hub.set_paused(False)
+    first = await hub.next_for(stream)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(hub.next_for(stream), 0.1)  # its one slot is taken
+    await hub.ack(stream, first.delivery_id, AckStatus.LATER)
+    await hub.ack(stream, first.delivery_id, AckStatus.SUCCESS)  # a second answer is ignored
+    assert hub.acks == {"LATER": 1}
+    assert hub.cancel_all() == 2
+
+
+def test_settings_are_validated_with_reasons() -> None:
+    ok = SidecarSettings(group="G", subscriptions='["A", "B:TagA || TagB", "C:sql:a > 5"]')
+    assert [(s.topic, s.expression, s.sql) for s in ok.specs] == [
+        ("A", "*", False),
+        ("B", "TagA || TagB", False),
+        ("C", "a > 5", True),
+    ]
+    assert SubscriptionSpec.parse("T") == SubscriptionSpec("T")
+    for bad, reason in (
+        ({"group": "G", "subscriptions": ["A", "A:x"]}, "subscribed more than once"),
+        ({"group": "G", "subscriptions": ["bad topic"]}, "invalid topic name"),
+        ({"group": "G", "subscriptions": ["T:sql:a >"]}, "invalid SQL92 expression"),
+        ({"group": "G", "subscriptions": ["T"], "max_in_flight": 0}, "greater than or equal to 1"),
+        ({"group": "G", "subscriptions": ["T"], "listen": "nowhere"}, "nowhere"),
+        ({"group": "G", "subscriptions": []}, "at least 1 item"),
+    ):
+        with pytest.raises(ValidationError, match=reason):
+            SidecarSettings(**bad)
