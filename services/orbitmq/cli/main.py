@@ -100,6 +100,19 @@ def bench_send(as_json: bool, messages: int, work_dir: Path | None, replication:
 bench.add_command(bench_send, "pull")
 
 
+@bench.command("sidecar")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option("--messages", default=50_000, show_default=True, type=click.IntRange(1_000, 10_000_000))
+@click.option("--max-in-flight", default=64, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_sidecar(as_json: bool, messages: int, max_in_flight: int, work_dir: Path | None) -> None:
+    """Deliveries through the consumer sidecar against a direct push consumer."""
+    from orbitmq.bench.figures import emit
+    from orbitmq.bench.sidecar import run
+
+    run(lambda f: emit(f, as_json), messages=messages, max_in_flight=max_in_flight, work_dir=work_dir)
+
+
 @bench.command("e2e")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
 @click.option("--messages", default=100_000, show_default=True, type=click.IntRange(1_000, 10_000_000))

@@ -38,9 +38,7 @@ class Delivery:
         if self.answered:
             raise RuntimeError(f"delivery {self.proto.delivery_id} was already answered")
         self.answered = True
-        await self._answers.put(
-            sidecar_pb2.ConsumeRequest(ack=sidecar_pb2.Ack(delivery_id=self.proto.delivery_id, status=status))
-        )
+        self._answers.put_nowait(sidecar_pb2.Ack(delivery_id=self.proto.delivery_id, status=status))
 
     async def ack(self) -> None:
         """Consumed: the offset may move past it."""
@@ -72,21 +70,24 @@ class SidecarClient:
 
     async def deliveries(self, *, app_id: str = "", max_in_flight: int = 0) -> AsyncIterator[Delivery]:
         """Deliveries until the stream ends; unanswered ones are redelivered after it does."""
-        answers: asyncio.Queue[sidecar_pb2.ConsumeRequest] = asyncio.Queue()
-        await answers.put(
-            sidecar_pb2.ConsumeRequest(
-                hello=sidecar_pb2.ConsumeHello(app_id=app_id, max_in_flight=max_in_flight)
-            )
+        answers: asyncio.Queue[sidecar_pb2.Ack] = asyncio.Queue()
+        hello = sidecar_pb2.ConsumeRequest(
+            hello=sidecar_pb2.ConsumeHello(app_id=app_id, max_in_flight=max_in_flight)
         )
 
         async def requests() -> AsyncIterator[sidecar_pb2.ConsumeRequest]:
-            while True:
-                yield await answers.get()
+            yield hello
+            while True:  # answers given meanwhile travel together
+                acks = [await answers.get()]
+                while not answers.empty():
+                    acks.append(answers.get_nowait())
+                yield sidecar_pb2.ConsumeRequest(acks=sidecar_pb2.Acks(acks=acks))
 
         call = self._stub.Consume(requests())
         try:
-            async for proto in call:
-                yield Delivery(proto, answers)
+            async for batch in call:
+                for proto in batch.deliveries:
+                    yield Delivery(proto, answers)
         finally:
             call.cancel()
 

@@ -105,8 +105,9 @@ class DeliveryHub:
         stream.holding.clear()
         await self._notify()
 
-    async def next_for(self, stream: AppStream) -> Pending:
-        """The next delivery for ``stream``, once it has room and the hub is not paused."""
+    async def next_for(self, stream: AppStream, most: int = 1) -> list[Pending]:
+        """The next deliveries for ``stream`` (at least one, at most ``most`` and its free room),
+        once it has room and the hub is not paused."""
         async with self._changed:
             await self._changed.wait_for(
                 lambda: (
@@ -118,26 +119,37 @@ class DeliveryHub:
             )
             if not stream.attached:  # gone while waiting: take nothing
                 raise StreamDetached(stream.app_id)
-            pending = self._waiting.popleft()
-            pending.stream = stream
-            stream.holding[pending.delivery_id] = pending
-            self._handed[pending.delivery_id] = pending
-            self.delivered += 1
-            return pending
+            taken = []
+            while self._waiting and len(taken) < most and len(stream.holding) < stream.max_in_flight:
+                pending = self._waiting.popleft()
+                pending.stream = stream
+                stream.holding[pending.delivery_id] = pending
+                self._handed[pending.delivery_id] = pending
+                taken.append(pending)
+            self.delivered += len(taken)
+            return taken
 
     async def ack(self, stream: AppStream, delivery_id: str, status: int) -> None:
         """An application's verdict; unknown ids (answered twice, or by the wrong stream) are ignored."""
+        if self._settle(stream, delivery_id, status):
+            await self._notify()
+
+    async def ack_many(self, stream: AppStream, acks: list[tuple[str, int]]) -> None:
+        if any([self._settle(stream, delivery_id, status) for delivery_id, status in acks]):
+            await self._notify()
+
+    def _settle(self, stream: AppStream, delivery_id: str, status: int) -> bool:
         pending = stream.holding.pop(delivery_id, None)
         if pending is None:
-            return
+            return False
         self._handed.pop(delivery_id, None)
-        name = AckStatus.Name(status) if status in AckStatus.values() else "LATER"
+        name = AckStatus.Name(status) if status in AckStatus.values() and status else "LATER"
         self.acks[name] = self.acks.get(name, 0) + 1
         if not pending.verdict.done():
             pending.verdict.set_result(
                 status if status != AckStatus.ACK_STATUS_UNSPECIFIED else AckStatus.LATER
             )
-        await self._notify()
+        return True
 
     async def set_paused(self, paused: bool) -> None:
         self.paused = paused

@@ -43,6 +43,8 @@ from orbitmq.v1.sidecar_pb2 import AckStatus
 log = logging.getLogger(__name__)
 
 SERVICE = "orbitmq.v1.Sidecar"
+BATCH = 64
+"""Most deliveries sent to an application in one stream message."""
 FROM = {
     "first": ConsumeFromWhere.FIRST_OFFSET,
     "last": ConsumeFromWhere.LAST_OFFSET,
@@ -134,7 +136,7 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
     def __init__(self, sidecar: Sidecar) -> None:
         self.s = sidecar
 
-    async def Consume(self, request_iterator, context) -> AsyncIterator[sidecar_pb2.Delivery]:  # type: ignore[no-untyped-def,override]
+    async def Consume(self, request_iterator, context) -> AsyncIterator[sidecar_pb2.Deliveries]:  # type: ignore[no-untyped-def,override]
         hub = self.s.hub
         first = await anext(aiter(request_iterator))
         if first.WhichOneof("kind") != "hello":
@@ -151,18 +153,18 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
 
         async def read_acks() -> None:
             async for request in request_iterator:
-                if request.WhichOneof("kind") == "ack":
-                    await hub.ack(stream, request.ack.delivery_id, request.ack.status)
+                if request.WhichOneof("kind") == "acks":
+                    await hub.ack_many(stream, [(a.delivery_id, a.status) for a in request.acks.acks])
 
         reader = asyncio.get_running_loop().create_task(read_acks())
-        taking: asyncio.Task[Pending] | None = None
+        taking: asyncio.Task[list[Pending]] | None = None
         try:
             while True:
-                taking = asyncio.get_running_loop().create_task(hub.next_for(stream))
+                taking = asyncio.get_running_loop().create_task(hub.next_for(stream, BATCH))
                 done, _ = await asyncio.wait({taking, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if taking not in done:
                     return  # the application is gone; what it held (even just taken) is re-queued
-                yield to_delivery(taking.result())
+                yield sidecar_pb2.Deliveries(deliveries=[to_delivery(p) for p in taking.result()])
         finally:
             # gRPC cancels this handler when the application goes: stop taking before detaching,
             # or a waiting take would grab a re-queued delivery for a stream that is gone.

@@ -21,12 +21,24 @@ LATER: AckStatus
 SUSPEND: AckStatus
 
 class ConsumeRequest(_message.Message):
-    __slots__ = ("hello", "ack")
+    __slots__ = ("hello", "acks")
     HELLO_FIELD_NUMBER: _ClassVar[int]
-    ACK_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     hello: ConsumeHello
-    ack: Ack
-    def __init__(self, hello: _Optional[_Union[ConsumeHello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
+    acks: Acks
+    def __init__(self, hello: _Optional[_Union[ConsumeHello, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
+
+class Acks(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
+
+class Deliveries(_message.Message):
+    __slots__ = ("deliveries",)
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
 
 class ConsumeHello(_message.Message):
     __slots__ = ("app_id", "max_in_flight")

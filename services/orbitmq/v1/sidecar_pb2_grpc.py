@@ -37,7 +37,7 @@ class SidecarStub:
         self.Consume = channel.stream_stream(
                 '/orbitmq.v1.Sidecar/Consume',
                 request_serializer=orbitmq_dot_v1_dot_sidecar__pb2.ConsumeRequest.SerializeToString,
-                response_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.Delivery.FromString,
+                response_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.Deliveries.FromString,
                 _registered_method=True)
         self.Send = channel.unary_unary(
                 '/orbitmq.v1.Sidecar/Send',
@@ -90,7 +90,7 @@ def add_SidecarServicer_to_server(servicer, server):
             'Consume': grpc.stream_stream_rpc_method_handler(
                     servicer.Consume,
                     request_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.ConsumeRequest.FromString,
-                    response_serializer=orbitmq_dot_v1_dot_sidecar__pb2.Delivery.SerializeToString,
+                    response_serializer=orbitmq_dot_v1_dot_sidecar__pb2.Deliveries.SerializeToString,
             ),
             'Send': grpc.unary_unary_rpc_method_handler(
                     servicer.Send,
@@ -134,7 +134,7 @@ class Sidecar:
             target,
             '/orbitmq.v1.Sidecar/Consume',
             orbitmq_dot_v1_dot_sidecar__pb2.ConsumeRequest.SerializeToString,
-            orbitmq_dot_v1_dot_sidecar__pb2.Delivery.FromString,
+            orbitmq_dot_v1_dot_sidecar__pb2.Deliveries.FromString,
             options,
             channel_credentials,
             insecure,

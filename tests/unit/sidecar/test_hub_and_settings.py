@@ -24,7 +24,7 @@ async def test_a_detached_streams_deliveries_go_to_the_next_stream_in_order() ->
     await asyncio.sleep(0)
     silent = AppStream("silent", 5)
     await hub.attach(silent)
-    held = [(await hub.next_for(silent)).message.body for _ in range(5)]
+    held = [(await hub.next_for(silent))[0].message.body for _ in range(5)]
     assert held == [0, 1, 2, 3, 4] and hub.in_flight == 5
     waiting = asyncio.create_task(hub.next_for(silent))  # a take still waiting when the stream goes
     await asyncio.sleep(0)
@@ -35,7 +35,7 @@ async def test_a_detached_streams_deliveries_go_to_the_next_stream_in_order() ->
     await hub.attach(helper)
     order = []
     for _ in range(8):
-        pending = await asyncio.wait_for(hub.next_for(helper), 1)
+        (pending,) = await asyncio.wait_for(hub.next_for(helper), 1)
         order.append(pending.message.body)
         await hub.ack(helper, pending.delivery_id, AckStatus.SUCCESS)
     assert order == list(range(8))
@@ -54,7 +54,7 @@ async def test_pause_holds_deliveries_and_a_stream_never_exceeds_its_limit() -> 
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(hub.next_for(stream), 0.1)
     await hub.set_paused(False)
-    first = await hub.next_for(stream)
+    (first,) = await hub.next_for(stream)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(hub.next_for(stream), 0.1)  # its one slot is taken
     await hub.ack(stream, first.delivery_id, AckStatus.LATER)
