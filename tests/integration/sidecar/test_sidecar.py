@@ -304,3 +304,48 @@ async def test_send_through_the_sidecar_and_bad_settings(cluster: Cluster) -> No
         env={**os.environ},
     )
     assert bad.returncode != 0 and "invalid SQL92 expression 'a >'" in bad.stderr
+
+
+async def test_a_slow_app_does_not_grow_the_sidecar_past_flow_control(cluster: Cluster) -> None:
+    async with Producer("PG", cluster.address) as producer:
+        queues = await producer.write_queues("Work")
+        body = bytes(1024)
+        for first in range(0, 40_000, 128):
+            batch = [Message("Work", body) for _ in range(128)]
+            await producer.send_batch(batch, queue=queues[(first // 128) % len(queues)])
+    sidecar = await start_sidecar(cluster, "Slow", "--subscribe", "Work", "--max-in-flight", "4", name="slow")
+
+    def rss_mb() -> float:
+        for line in Path(f"/proc/{sidecar.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    before = rss_mb()
+    received = 0
+
+    async def slow_app() -> None:
+        nonlocal received
+        async with SidecarClient(sidecar.address) as client:
+            async for delivery in client.deliveries(app_id="slow", max_in_flight=4):
+                await asyncio.sleep(0.002)
+                received += 1
+                await delivery.ack()
+
+    app = asyncio.get_running_loop().create_task(slow_app())
+    peak = before
+    try:
+        for _ in range(80):  # 8 s
+            await asyncio.sleep(0.1)
+            peak = max(peak, rss_mb())
+    finally:
+        app.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await app
+        sidecar.signal(signal.SIGTERM)
+        await sidecar.wait()
+    print(f"slow app: {received} of 40000 consumed; sidecar RSS {before:.0f} MB -> peak {peak:.0f} MB")
+    assert 0 < received < 40_000, "the backlog outlasted the test: the bound is what is measured"
+    # Unbounded, the 40 MB backlog would be pulled into Python objects (well over 80 MB);
+    # flow control caps it at 1 000 messages per queue (8 MB of bodies).
+    assert peak - before < 60, f"sidecar grew {peak - before:.0f} MB"
