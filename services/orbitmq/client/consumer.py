@@ -512,7 +512,8 @@ class PushConsumer:
     ) -> int:
         """Hand found messages to the consume service; the next offset to pull."""
         if reply.status == PullStatus.FOUND:
-            messages = [_as_delivered(decode(r)) for r in reply.records]
+            check = self.settings.verify_body_crc
+            messages = [_as_delivered(decode(r, check_crc=check)) for r in reply.records]
             tag_filter = self._tag_filters.get(mq.topic)
             if tag_filter is not None:  # the broker matched tag hashes; check the text
                 messages = [m for m in messages if tag_filter.matches_tag(m.tags)]

@@ -62,3 +62,6 @@ class ConsumerSettings:
     """How often concurrent consumers look for such messages."""
     max_reconsume_times: int = 16
     shutdown_timeout_ms: int = 10_000
+    verify_body_crc: bool = False
+    """Check each pulled body's CRC-32C. Off, as in RocketMQ's client: the broker checks its
+    log on recovery and the transport has its own checksums; on, it costs ~2.5 µs a message."""
