@@ -78,6 +78,24 @@ async def start_cluster(root: Path, brokers: tuple[str, ...] = ("broker-a",), **
     return cluster
 
 
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """A /metrics page as {(sample name, sorted labels): value} (blocking: call in a thread)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 async def eventually(
     condition: Callable[[], Any], within: float, explain: Callable[[], str] = lambda: "condition"
 ) -> Any:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from clusterkit import FAST, Cluster, Collector, eventually, start_cluster
-from prometheus_client.parser import text_string_to_metric_families
+from clusterkit import FAST, Cluster, Collector, eventually, scrape, start_cluster
 
 from orbitmq.client import (
     Admin,
@@ -135,16 +133,8 @@ async def test_illegal_offset_is_repaired_and_metrics_are_served(cluster: Cluste
         lambda: str(consumer.committed_offsets()),
     )
 
-    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
-
     async def published() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
-        found = await asyncio.to_thread(scrape)
+        found = await asyncio.to_thread(scrape, f"http://127.0.0.1:{port}/metrics")
         key = (
             "orbitmq_client_committed_offset",
             (("broker", "broker-a"), ("group", "Repair"), ("queue", "0"), ("topic", "Pulled")),

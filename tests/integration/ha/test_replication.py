@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
-from clusterkit import Cluster, eventually, start_cluster
+from clusterkit import Cluster, eventually, scrape, start_cluster
 
 from orbitmq.client import Admin, Message, Producer, SendStatus
 from orbitmq.common.rpc import failure_of
@@ -308,25 +308,12 @@ async def test_a_master_far_ahead_of_a_reader_sends_it_to_the_slave(cluster: Clu
 
 
 async def test_ha_metrics(cluster: Cluster) -> None:
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
     await start_pair(cluster, "SYNC_MASTER")
     await eventually(lambda: cluster.brokers["a-master"].broker.replicas.connected, 10)
     await send(cluster, 5)
 
-    def scrape(name: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        url = cluster.brokers[name].broker.grpc.metrics_url
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
-
-    master = await asyncio.to_thread(scrape, "a-master")
-    slave = await asyncio.to_thread(scrape, "a-slave")
+    master = await asyncio.to_thread(scrape, cluster.brokers["a-master"].broker.grpc.metrics_url)
+    slave = await asyncio.to_thread(scrape, cluster.brokers["a-slave"].broker.grpc.metrics_url)
     slave_addr = cluster.brokers["a-slave"].broker.address
     assert (
         master[("orbitmq_broker_role", (("broker", "broker-a"), ("broker_id", "0"), ("role", "SYNC_MASTER")))]

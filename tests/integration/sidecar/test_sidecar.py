@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
-from clusterkit import Cluster, eventually, start_cluster
+from clusterkit import Cluster, eventually, scrape, start_cluster
 
 from orbitmq.client import Admin, Message, Producer
 from orbitmq.sidecar.client import SidecarClient
@@ -121,19 +121,6 @@ class App:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 @pytest.fixture
