@@ -378,7 +378,7 @@ def message_by_id(namesrv: str, as_json: bool, msg_id: str) -> None:
     emit_object(
         {
             **message_row(found),
-            "properties": found.properties,
+            "properties": dict(found.properties),
             "born_host": found.born_host,
             "store_host": found.store_host,
         },

@@ -515,7 +515,7 @@ class PushConsumer:
             check = self.settings.verify_body_crc
             messages = [_as_delivered(decode(r, check_crc=check)) for r in reply.records]
             tag_filter = self._tag_filters.get(mq.topic)
-            if tag_filter is not None:  # the broker matched tag hashes; check the text
+            if tag_filter is not None and not tag_filter.matches_all:  # the broker matched hashes
                 messages = [m for m in messages if tag_filter.matches_tag(m.tags)]
             if messages:
                 pq.put(messages)
@@ -667,7 +667,7 @@ class PushConsumer:
 def _as_delivered(message: StoredMessage) -> StoredMessage:
     """A message pulled from a retry topic is shown to the listener under its original topic
     (RocketMQ's resetRetryAndNamespace); its queue offset stays that of the retry queue."""
+    if not message.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return message
     original = message.properties.get(Property.RETRY_TOPIC)
-    if original and message.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return dataclasses.replace(message, topic=original)
-    return message
+    return dataclasses.replace(message, topic=original) if original else message

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from orbitmq.client.consumer_types import ConsumeStatus, OrderlyStatus
 
@@ -47,17 +51,14 @@ class ConsumerMetrics:
             ["group", "topic", "broker", "queue"],
             registry=self.registry,
         )
-        self.results = Counter(
-            "orbitmq_consume_results_total",
-            "Listener results",
-            ["group", "topic", "status"],
-            registry=self.registry,
-        )
+        self._results: dict[tuple[str, str], int] = {}
+        """Messages by (topic, listener result): plain ints, exported by a collector, because a
+        Counter's lock per message costs more than the rest of the bookkeeping."""
+        self.registry.register(_ResultsCollector(group, self._results))
         self.latency = Histogram(
             "orbitmq_consume_latency_seconds", "Listener run time", ["group"], registry=self.registry
         )
         self._latency_child = self.latency.labels(group)
-        self._result_children: dict[tuple[str, ConsumeStatus | OrderlyStatus], Counter] = {}
         self.flow_pauses = Counter(
             "orbitmq_flow_control_pauses_total",
             "Pulls delayed by flow control",
@@ -69,11 +70,8 @@ class ConsumerMetrics:
         self, topic: str, status: ConsumeStatus | OrderlyStatus, seconds: float, messages: int = 1
     ) -> None:
         """One listener call: its messages counted by result, its run time observed."""
-        key = (topic, status)
-        counter = self._result_children.get(key)
-        if counter is None:  # label look-ups cost more than the count itself on the hot path
-            counter = self._result_children[key] = self.results.labels(self._group, topic, status.value)
-        counter.inc(messages)
+        key = (topic, status.value)
+        self._results[key] = self._results.get(key, 0) + messages
         self._latency_child.observe(seconds)
 
     def rebalanced(self, topic: str, outcome: str, assigned: int) -> None:
@@ -85,3 +83,17 @@ def start_metrics_server(port: int, metrics: ConsumerMetrics, addr: str = "127.0
     """Serve ``/metrics`` for a consumer's registry; returns the bound port."""
     server, _ = start_http_server(port, addr=addr, registry=metrics.registry)
     return int(server.server_port)
+
+
+class _ResultsCollector(Collector):
+    def __init__(self, group: str, results: dict[tuple[str, str], int]) -> None:
+        self._group = group
+        self._results = results
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "orbitmq_consume_results", "Messages by listener result", labels=["group", "topic", "status"]
+        )
+        for (topic, status), count in list(self._results.items()):
+            family.add_metric([self._group, topic, status], count)
+        yield family

@@ -45,9 +45,11 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
 from functools import lru_cache
+from typing import Any
 
 from crc32c import crc32c
 
@@ -147,6 +149,46 @@ def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
             name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
             result[name] = value
     return result
+
+
+class LazyProperties(Mapping[str, str]):
+    """A record's properties, parsed on first use: a consumer that only reads bodies (or a
+    ``*`` subscription) never pays the ~2 µs parse per message. Reads like a ``dict``."""
+
+    __slots__ = ("_parsed", "_raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+        self._parsed: dict[str, str] | None = None
+
+    def _dict(self) -> dict[str, str]:
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = decode_properties(self._raw)
+        return parsed
+
+    def __getitem__(self, name: str) -> str:
+        return self._dict()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._dict().get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __eq__(self, other: object) -> bool:
+        return self._dict() == (other._dict() if isinstance(other, LazyProperties) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # like a dict
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
 
 
 def check_properties(properties: dict[str, str]) -> str | None:
@@ -264,7 +306,8 @@ class StoredMessage(_PropertyViews):
     queue_offset: int
     physical_offset: int
     body: bytes
-    properties: dict[str, str]
+    properties: Mapping[str, str]
+    """A :class:`LazyProperties` when decoded from a record; read it like a dict, copy to change it."""
     flag: int
     sys_flag: int
     born_timestamp_ms: int
@@ -368,7 +411,7 @@ def decode(buf: bytes | memoryview, *, check_crc: bool = True) -> StoredMessage:
     pos += 2
     if pos + properties_length != total:
         raise RecordError(f"record length {total} does not match its fields at offset {physical_offset}")
-    properties = decode_properties(buf[pos : pos + properties_length])
+    properties = LazyProperties(bytes(buf[pos : pos + properties_length])) if properties_length else {}
     # Positional: about 1.5 µs cheaper per message than keywords, on the consumer's hot path.
     return StoredMessage(
         topic,
