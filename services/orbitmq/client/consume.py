@@ -36,6 +36,8 @@ Request = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
 """One listener call's worth of messages of one queue (``consume_batch`` of them)."""
 MAX_GROUP = 32
 """Most requests one worker takes at once from a backlog."""
+QUICK_LISTENER_S = 0.000_2
+"""Listener calls faster than this on average are settled in whole shares of a backlog."""
 
 
 def _status(result: Any) -> ConsumeStatus:
@@ -44,10 +46,15 @@ def _status(result: Any) -> ConsumeStatus:
     return ConsumeStatus.CONSUME_SUCCESS if result is None else ConsumeStatus.RECONSUME_LATER
 
 
-def _call_each(listener: Listener, batches: list[list[StoredMessage]]) -> list[tuple[ConsumeStatus, float]]:
-    """Run the listener once per batch (on a pool thread); an exception fails only its batch."""
+def _call_each(
+    listener: Listener, batches: list[list[StoredMessage]], stopped: Callable[[], bool]
+) -> list[tuple[ConsumeStatus, float]]:
+    """Run the listener once per batch (on a pool thread) until ``stopped()``; an exception
+    fails only its batch. Returns the outcomes of the calls made, in order."""
     outcomes = []
     for batch in batches:
+        if stopped():
+            break
         started = time.perf_counter()
         try:
             status = _status(listener(batch))
@@ -63,10 +70,12 @@ class ConcurrentConsumer:
     consume thread pool and its request queue: a backlog costs one small tuple per request
     rather than a task each, and at most that many listener calls run at once.
 
-    Under a backlog a worker takes a share of the waiting requests (up to :data:`MAX_GROUP`,
-    never more than its fair share, so no parallelism is lost) and runs their listener calls in
-    one pool job, then settles them together: one thread hop, one process-queue update and one
-    offset update per share instead of per message. Each call still gets ``consume_batch``
+    Under a backlog a worker takes a share of the waiting requests (up to :data:`MAX_GROUP`) and
+    runs their listener calls in one pool job, then settles them together: one thread hop, one
+    process-queue update and one offset update per share instead of per message. While listener
+    calls are quick (:data:`QUICK_LISTENER_S` on average) a share is all that waits, since
+    running quick calls side by side gains nothing; slower ones get only a fair share each, so
+    listeners waiting on I/O keep running in parallel. Each call still gets ``consume_batch``
     messages and its own result. A request not started when the consumer closes is skipped:
     its messages stay uncommitted and go to whoever consumes the queue next.
     """
@@ -77,6 +86,8 @@ class ConcurrentConsumer:
         self._pool = pool
         self._requests: asyncio.Queue[Request] = asyncio.Queue()
         self._is_coroutine = inspect.iscoroutinefunction(listener)
+        self._listener_seconds = QUICK_LISTENER_S
+        """Moving average of a listener call's run time (starts at the threshold: spread)."""
         self._workers: list[asyncio.Task[None]] = []
         self._parked: dict[MessageQueue, list[list[StoredMessage]]] = {}
         """Batches that reached a suspended consumer: handed over on resume."""
@@ -101,7 +112,11 @@ class ConcurrentConsumer:
         workers = len(self._workers)
         while True:
             share = [await self._requests.get()]
-            for _ in range(min(MAX_GROUP - 1, self._requests.qsize() // workers)):
+            waiting = self._requests.qsize()
+            # Quick listeners gain nothing from running side by side: settle what is waiting in
+            # one share. Slow ones (I/O) keep the work spread over the workers.
+            extra = waiting if self._listener_seconds < QUICK_LISTENER_S else waiting // workers
+            for _ in range(min(MAX_GROUP - 1, extra)):
                 share.append(self._requests.get_nowait())
             try:
                 await self._consume(share)
@@ -123,9 +138,13 @@ class ConcurrentConsumer:
         for _, pq, batch in live:
             pq.mark_consume_start(batch)
         outcomes = await self._run([batch for _, _, batch in live])
+        for mq, _, batch in live[len(outcomes) :]:  # suspended mid-share: not handed over
+            self._parked.setdefault(mq, []).append(batch)
+        live = live[: len(outcomes)]
         done: dict[MessageQueue, tuple[ProcessQueue[StoredMessage], list[StoredMessage]]] = {}
         for (mq, pq, batch), (status, seconds) in zip(live, outcomes, strict=True):
             consumer.metrics.consumed(mq.topic, status, seconds, len(batch))
+            self._listener_seconds += (seconds - self._listener_seconds) / 16
             if status is not ConsumeStatus.CONSUME_SUCCESS:
                 if consumer.message_model is MessageModel.BROADCASTING:
                     log.warning("broadcasting consumption of %s failed; broadcasting does not retry", mq)
@@ -142,13 +161,20 @@ class ConcurrentConsumer:
 
     async def _run(self, batches: list[list[StoredMessage]]) -> list[tuple[ConsumeStatus, float]]:
         """Listener calls: coroutines on the loop one after another, functions in one pool job."""
+        consumer = self._consumer
         if not self._is_coroutine:
             outcomes = await asyncio.get_running_loop().run_in_executor(
-                self._pool, _call_each, self._listener, batches
+                self._pool,
+                _call_each,
+                self._listener,
+                batches,
+                lambda: consumer.suspended or consumer.closing,
             )
             return outcomes
         results = []
         for batch in batches:
+            if consumer.suspended or consumer.closing:  # e.g. the listener itself suspended
+                break
             started = time.perf_counter()
             try:
                 status = _status(await self._listener(batch))
