@@ -26,7 +26,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -260,7 +261,14 @@ def run(
     rss_s: float,
     work_dir: Path | None,
 ) -> None:
-    data = Path(tempfile.mkdtemp(prefix="orbitmq-bench-e2e-", dir=work_dir))
+    with cluster_processes("e2e", work_dir) as (namesrv, broker):
+        asyncio.run(_measure(namesrv, broker, emit, messages, backlog, latency_s, rss_s))
+
+
+@contextmanager
+def cluster_processes(name: str, work_dir: Path | None) -> Iterator[tuple[str, str]]:
+    """A name server and a broker as child processes on a temporary store; yields their addresses."""
+    data = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-{name}-", dir=work_dir))
     namesrv = Process(_cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", ""))
     broker = None
     try:
@@ -277,7 +285,7 @@ def run(
                 namesrv.address,
             )
         )
-        asyncio.run(_measure(namesrv.address, broker.address, emit, messages, backlog, latency_s, rss_s))
+        yield namesrv.address, broker.address
     finally:
         if broker is not None:
             broker.stop()

@@ -11,14 +11,12 @@ A name server, a broker and the sidecar run as child processes; the backlog is l
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from orbitmq.bench.broker import Process
-from orbitmq.bench.e2e import _cli, _consume, _produce, _wait
+from orbitmq.bench.e2e import _cli, _consume, _produce, _wait, cluster_processes
 from orbitmq.bench.figures import Figure
 from orbitmq.client.admin import Admin
 from orbitmq.sidecar.client import SidecarClient
@@ -81,26 +79,5 @@ async def _measure(namesrv: str, emit: Callable[[Figure], None], messages: int, 
 
 
 def run(emit: Callable[[Figure], None], *, messages: int, max_in_flight: int, work_dir: Path | None) -> None:
-    data = Path(tempfile.mkdtemp(prefix="orbitmq-bench-sidecar-", dir=work_dir))
-    namesrv = Process(_cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", ""))
-    broker = None
-    try:
-        broker = Process(
-            _cli(
-                "broker",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "",
-                "--data-dir",
-                str(data),
-                "--namesrv",
-                namesrv.address,
-            )
-        )
-        asyncio.run(_measure(namesrv.address, emit, messages, max_in_flight))
-    finally:
-        if broker is not None:
-            broker.stop()
-        namesrv.stop()
-        shutil.rmtree(data, ignore_errors=True)
+    with cluster_processes("sidecar", work_dir) as (namesrv, _):
+        asyncio.run(_measure(namesrv, emit, messages, max_in_flight))
