@@ -169,6 +169,30 @@ async def _interleaved(
     return broker_best, echo_best
 
 
+async def drain_queue(
+    stub: broker_pb2_grpc.BrokerStub, group: str, topic: str, queue_id: int, end: int | None = None
+) -> int:
+    """Pull one queue 32 at a time from offset 0 until ``end`` (or until a pull finds nothing);
+    returns how many messages came back."""
+    offset, got = 0, 0
+    while end is None or offset < end:
+        reply = await stub.PullMessage(
+            broker_pb2.PullMessageRequest(
+                consumer_group=group,
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=offset,
+                max_msg_nums=32,
+                commit_offset=-1,
+            )
+        )
+        if not reply.records:
+            break
+        got += len(reply.records)
+        offset = reply.next_begin_offset
+    return got
+
+
 async def _pull_figure(stub: broker_pb2_grpc.BrokerStub, echo_call: Callable[..., object]) -> Figure:
     counts = {}
     for queue_id in range(QUEUES):
@@ -176,25 +200,10 @@ async def _pull_figure(stub: broker_pb2_grpc.BrokerStub, echo_call: Callable[...
             await stub.GetMaxOffset(broker_pb2.QueueRequest(topic=TOPIC, queue_id=queue_id))
         ).offset
 
-    async def puller(queue_id: int) -> int:
-        offset, got = 0, 0
-        while offset < counts[queue_id]:
-            reply = await stub.PullMessage(
-                broker_pb2.PullMessageRequest(
-                    consumer_group="bench-pull",
-                    topic=TOPIC,
-                    queue_id=queue_id,
-                    queue_offset=offset,
-                    max_msg_nums=32,
-                    commit_offset=-1,
-                )
-            )
-            got += len(reply.records)
-            offset = reply.next_begin_offset
-        return got
-
     started = time.perf_counter()
-    total = sum(await asyncio.gather(*(puller(q) for q in range(QUEUES))))
+    total = sum(
+        await asyncio.gather(*(drain_queue(stub, "bench-pull", TOPIC, q, counts[q]) for q in range(QUEUES)))
+    )
     rate = total / (time.perf_counter() - started)
     calls = total // 32 // ROUNDS + 1
     echo_best = 0.0

@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from orbitmq.bench.broker import Process
+from orbitmq.bench.broker import Process, drain_queue
 from orbitmq.bench.figures import Figure
 from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
@@ -42,7 +42,7 @@ from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.store.record import StoredMessage
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+from orbitmq.v1 import broker_pb2_grpc
 
 QUEUES = 8
 BODY = 1024
@@ -81,29 +81,10 @@ async def _bare_pulls(broker: str, topic: str, total: int) -> float:
     """Seconds for bare PullMessage loops (one per queue) to fetch ``total`` messages."""
     async with grpc.aio.insecure_channel(broker, options=GRPC_OPTIONS) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
-        fetched = 0
-
-        async def drain(queue_id: int) -> None:
-            nonlocal fetched
-            offset = 0
-            while True:
-                reply = await stub.PullMessage(
-                    broker_pb2.PullMessageRequest(
-                        consumer_group="bench-bare",
-                        topic=topic,
-                        queue_id=queue_id,
-                        queue_offset=offset,
-                        max_msg_nums=32,
-                        commit_offset=-1,
-                    )
-                )
-                if not reply.records:
-                    return
-                fetched += len(reply.records)
-                offset = reply.next_begin_offset
-
         started = time.perf_counter()
-        await asyncio.gather(*(drain(q) for q in range(QUEUES)))
+        fetched = sum(
+            await asyncio.gather(*(drain_queue(stub, "bench-bare", topic, q) for q in range(QUEUES)))
+        )
         elapsed = time.perf_counter() - started
     if fetched != total:
         raise RuntimeError(f"bare pulls found {fetched} messages, expected {total}")
