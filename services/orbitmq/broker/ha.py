@@ -231,20 +231,31 @@ class ReplicationClient:
 
     async def _config_loop(self) -> None:
         interval = self.b.settings.replica_config_interval_ms / 1000
-        while True:
-            address = self._master()
-            if address and address != self.b.address:
-                try:
-                    await self.copy_config(address)
-                except (grpc.aio.AioRpcError, OSError, ValueError) as error:
-                    log.info("config copy from %s failed: %s", address, error)
-            await asyncio.sleep(interval)
+        channel: grpc.aio.Channel | None = None
+        channel_addr = ""
+        try:
+            while True:
+                address = self._master()
+                if address and address != self.b.address:
+                    # One channel per master, kept across copies rather than a connection each.
+                    if channel is None or channel_addr != address:
+                        if channel is not None:
+                            await channel.close()
+                        channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+                        channel_addr = address
+                    try:
+                        await self.copy_config(broker_pb2_grpc.BrokerStub(channel), address)
+                    except (grpc.aio.AioRpcError, OSError, ValueError) as error:
+                        detail = error.details() if isinstance(error, grpc.aio.AioRpcError) else error
+                        log.info("config copy from %s failed: %s", address, detail)
+                await asyncio.sleep(interval)
+        finally:
+            if channel is not None:
+                await channel.close()
 
-    async def copy_config(self, address: str) -> None:
-        async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
-            reply = await broker_pb2_grpc.BrokerStub(channel).GetReplicaConfig(
-                broker_pb2.GetReplicaConfigRequest(), timeout=5
-            )
+    async def copy_config(self, stub: broker_pb2_grpc.BrokerStub, address: str) -> None:
+        timeout_s = max(1.0, self.b.settings.replica_config_interval_ms / 1000)
+        reply = await stub.GetReplicaConfig(broker_pb2.GetReplicaConfigRequest(), timeout=timeout_s)
         tables = self.b.tables
         source = f"master {address}"
         for table, raw in (

@@ -44,7 +44,7 @@ from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, split_host_port
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property
 from orbitmq.store.config import BrokerRole
-from orbitmq.store.config_store import BrokerConfigTables, Permission
+from orbitmq.store.config_store import BrokerConfigTables, Permission, TopicConfig
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import InboundMessage, MessageBatch
 from orbitmq.store.results import PutResult, PutStatus
@@ -115,6 +115,7 @@ class Broker:
             auto_create_group=settings.auto_create_subscription_group,
             schedule_levels=self.delay_levels,
             on_created=lambda topic: self._registration_due.set(),
+            held_topic=self.held_topic,
         )
         self.schedule = ScheduleService(
             self.store,
@@ -166,6 +167,24 @@ class Broker:
     @property
     def is_slave(self) -> bool:
         return self.role.record.role is BrokerRole.SLAVE
+
+    def held_topic(self, topic: str) -> TopicConfig | None:
+        """A slave reads a topic whose messages it holds before the master's config arrives.
+
+        Topics reach a slave with the next config copy (``replica_config_interval_ms``), data
+        with the log stream, usually first. A topic created on the master just before it died
+        would otherwise be unreadable on the slave exactly when consumers fall back to it.
+        The stand-in is read-only and not stored: the master's own config replaces it.
+        """
+        if not self.is_slave:
+            return None
+        queue_ids = self.store.queue_ids(topic)
+        if not queue_ids:
+            return None
+        nums = queue_ids[-1] + 1
+        return TopicConfig(
+            topic_name=topic, read_queue_nums=nums, write_queue_nums=nums, perm=Permission.READ
+        )
 
     @property
     def broker_id(self) -> int:

@@ -56,9 +56,13 @@ class TopicManager:
         auto_create_group: bool,
         schedule_levels: int,
         on_created: Callable[[str], None] = lambda topic: None,
+        held_topic: Callable[[str], TopicConfig | None] = lambda topic: None,
     ) -> None:
         self.tables = tables
         self._on_created = on_created
+        self._held_topic = held_topic
+        """For reads only: a topic not in the table that the broker still serves (see
+        :meth:`orbitmq.broker.server.Broker.held_topic`)."""
         """Called when a send, a send-back or a dead letter creates a topic: the name servers
         must learn its route now, since consumers (of %RETRY% topics too) look it up at once."""
         self._auto_create_topic = auto_create_topic
@@ -75,9 +79,11 @@ class TopicManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.tables.topics.get(topic)
 
-    def require(self, topic: str) -> TopicConfig:
+    def require(self, topic: str, *, for_read: bool = False) -> TopicConfig:
         validate_topic_name(topic)
         config = self.tables.topics.get(topic)
+        if config is None and for_read:
+            config = self._held_topic(topic)
         if config is None:
             raise RpcFailure(
                 ErrorReason.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist on this broker", topic=topic
@@ -106,7 +112,7 @@ class TopicManager:
         return config
 
     def for_read(self, topic: str, queue_id: int) -> TopicConfig:
-        config = self.require(topic)
+        config = self.require(topic, for_read=True)
         if not config.perm & Permission.READ:
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"topic {topic!r} is not readable (perm {int(config.perm)})"

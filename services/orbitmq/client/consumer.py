@@ -442,7 +442,7 @@ class PushConsumer:
             except grpc.aio.AioRpcError as error:
                 if error.code() is grpc.StatusCode.CANCELLED and (pq.dropped or self.closing):
                     return
-                log.info("pull of %s failed: %s", mq, error.code().name)
+                log.info("pull of %s failed: %s %s", mq, error.code().name, error.details())
                 await asyncio.sleep(s.exception_delay_ms / 1000)
             except KeyError:  # the route lost this broker: rebalance will drop the queue
                 await asyncio.sleep(s.exception_delay_ms / 1000)

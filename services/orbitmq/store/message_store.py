@@ -399,6 +399,10 @@ class MessageStore:
 
     # -- dispatch and flush (called by the service) --------------------------------------------
 
+    def queue_ids(self, topic: str) -> list[int]:
+        """Ids of the consume queues this store holds for ``topic``, in order."""
+        return sorted(queue_id for name, queue_id in list(self._queues) if name == topic)
+
     def _queue_of(self, topic: str, queue_id: int) -> ConsumeQueue:
         return self._queues.get((topic, queue_id)) or self._new_queue(topic, queue_id)
 

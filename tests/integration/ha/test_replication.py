@@ -272,6 +272,30 @@ async def test_consumer_reads_from_the_slave_while_the_master_is_away_and_when_a
     await consumer.close()
 
 
+async def test_a_slave_serves_a_topic_it_holds_before_the_config_copy_arrives(cluster: Cluster) -> None:
+    """The master dies within one config-copy interval of creating a topic: the slave has the
+    messages (log stream) but not yet the topic (config copy); readers must still get them."""
+    slow_copy = {**HA, "replica_config_interval_ms": 600_000}
+    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow_copy)
+    await cluster.start_broker(
+        "a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow_copy
+    )
+    slave = cluster.brokers["a-slave"].broker
+    await eventually(lambda: slave.replication.connected.is_set(), 10)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic("JustMade", read_queue_nums=2, write_queue_nums=2)
+    await send(cluster, 6, topic="JustMade")
+    await caught_up(cluster)
+    assert not slave.tables.topics.contains("JustMade"), "the config copy came too early for this test"
+
+    stub = cluster.brokers["a-slave"].stub
+    bodies = [m.body for q in (0, 1) for m in await pull_all(stub, "JustMade", q)]
+    assert sorted(bodies) == [f"{i}".encode() for i in range(6)]
+    with pytest.raises(grpc.aio.AioRpcError) as missing:  # a topic it holds nothing of: unknown
+        await pull_all(stub, "NeverMade", 0)
+    assert failure_of(missing.value).reason is ErrorReason.TOPIC_NOT_EXIST
+
+
 async def test_a_master_far_ahead_of_a_reader_sends_it_to_the_slave(cluster: Cluster) -> None:
     from clusterkit import FAST, Collector
 

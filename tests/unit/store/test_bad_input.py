@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from storekit import message
 
-from orbitmq.store.config import StoreConfig
+from orbitmq.store.config import MIB, StoreConfig
 from orbitmq.store.message_store import MessageStore, StoreLockedError
 from orbitmq.store.record import InboundMessage
 from orbitmq.store.results import PutStatus
@@ -43,8 +43,11 @@ def test_bad_messages_are_refused_with_a_reason(
     assert store.commitlog.max_offset == 0
 
 
-def test_default_store_refuses_bodies_over_4_mib(tmp_path: Path) -> None:
-    store = MessageStore(StoreConfig(data_dir=tmp_path, index_slot_count=16, index_max_entries=16))
+def test_default_limit_refuses_bodies_over_4_mib(tmp_path: Path) -> None:
+    # The default body limit, in a segment of 8 MiB rather than the default 1 GiB reservation.
+    config = StoreConfig(data_dir=tmp_path, segment_bytes=8 * MIB, index_slot_count=16, index_max_entries=16)
+    assert config.max_message_bytes == 4 * MIB
+    store = MessageStore(config)
     store.open()
     try:
         assert store.put_message(message(body=bytes(4 * 1024 * 1024))).ok
