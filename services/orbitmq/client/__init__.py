@@ -20,6 +20,7 @@ from orbitmq.client.consumer_types import (
     ConsumerSettings,
     ConsumeStatus,
     MessageModel,
+    MessageVerdicts,
     OrderlyStatus,
 )
 from orbitmq.client.message import Message, SendResult, SendStatus
@@ -45,6 +46,7 @@ __all__ = [
     "Message",
     "MessageModel",
     "MessageQueue",
+    "MessageVerdicts",
     "OrderlyStatus",
     "Producer",
     "PullConsumer",

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from orbitmq.client.consumer_types import ConsumeStatus, MessageModel, OrderlyStatus
+from orbitmq.client.consumer_types import ConsumeStatus, MessageModel, MessageVerdicts, OrderlyStatus
 from orbitmq.client.process_queue import ProcessQueue
 from orbitmq.client.queue import MessageQueue
 from orbitmq.store.record import StoredMessage
@@ -40,15 +40,18 @@ QUICK_LISTENER_S = 0.000_2
 """Listener calls faster than this on average are settled in whole shares of a backlog."""
 
 
-def _status(result: Any) -> ConsumeStatus:
-    if isinstance(result, ConsumeStatus):
+Outcome = ConsumeStatus | MessageVerdicts
+
+
+def _status(result: Any) -> Outcome:
+    if isinstance(result, (ConsumeStatus, MessageVerdicts)):
         return result
     return ConsumeStatus.CONSUME_SUCCESS if result is None else ConsumeStatus.RECONSUME_LATER
 
 
 def _call_each(
     listener: Listener, batches: list[list[StoredMessage]], stopped: Callable[[], bool]
-) -> list[tuple[ConsumeStatus, float]]:
+) -> list[tuple[Outcome, float]]:
     """Run the listener once per batch (on a pool thread) until ``stopped()``; an exception
     fails only its batch. Returns the outcomes of the calls made, in order."""
     outcomes = []
@@ -143,15 +146,15 @@ class ConcurrentConsumer:
         live = live[: len(outcomes)]
         done: dict[MessageQueue, tuple[ProcessQueue[StoredMessage], list[StoredMessage]]] = {}
         for (mq, pq, batch), (status, seconds) in zip(live, outcomes, strict=True):
-            consumer.metrics.consumed(mq.topic, status, seconds, len(batch))
             self._listener_seconds += (seconds - self._listener_seconds) / 16
-            if status is not ConsumeStatus.CONSUME_SUCCESS:
-                if consumer.message_model is MessageModel.BROADCASTING:
-                    log.warning("broadcasting consumption of %s failed; broadcasting does not retry", mq)
-                else:
-                    # A message whose send-back failed stays in flight: its local retry removes it.
-                    batch = [m for m in batch if await consumer.send_back_or_retry(mq, pq, m)]
-            done.setdefault(mq, (pq, []))[1].extend(batch)
+            if isinstance(status, MessageVerdicts):
+                settled = await self._settle_each(mq, pq, batch, status, seconds)
+            else:
+                consumer.metrics.consumed(mq.topic, status, seconds, len(batch))
+                settled = batch
+                if status is not ConsumeStatus.CONSUME_SUCCESS:
+                    settled = await self._failed(mq, pq, batch)
+            done.setdefault(mq, (pq, []))[1].extend(settled)
         for mq, (pq, messages) in done.items():
             if pq.dropped:
                 continue
@@ -159,7 +162,45 @@ class ConcurrentConsumer:
             if offset >= 0:
                 consumer.offsets_update(mq, offset)
 
-    async def _run(self, batches: list[list[StoredMessage]]) -> list[tuple[ConsumeStatus, float]]:
+    async def _failed(
+        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batch: list[StoredMessage]
+    ) -> list[StoredMessage]:
+        """Send back what the listener failed on (clustering); returns the messages to remove
+        from the process queue. One whose send-back failed stays: its local retry removes it."""
+        consumer = self._consumer
+        if consumer.message_model is MessageModel.BROADCASTING:
+            log.warning("broadcasting consumption of %s failed; broadcasting does not retry", mq)
+            return batch
+        return [m for m in batch if await consumer.send_back_or_retry(mq, pq, m)]
+
+    async def _settle_each(
+        self,
+        mq: MessageQueue,
+        pq: ProcessQueue[StoredMessage],
+        batch: list[StoredMessage],
+        verdicts: MessageVerdicts,
+        seconds: float,
+    ) -> list[StoredMessage]:
+        """Per-message verdicts: consumed ones removed, failed ones sent back, unconsumed kept."""
+        statuses = list(verdicts.statuses)
+        if len(statuses) != len(batch):
+            log.error(
+                "listener gave %d verdict(s) for %d message(s); all will be retried",
+                len(statuses),
+                len(batch),
+            )
+            statuses = [ConsumeStatus.RECONSUME_LATER] * len(batch)
+        consumed = [m for m, v in zip(batch, statuses, strict=True) if v is ConsumeStatus.CONSUME_SUCCESS]
+        failed = [m for m, v in zip(batch, statuses, strict=True) if v is ConsumeStatus.RECONSUME_LATER]
+        metrics = self._consumer.metrics
+        if consumed:
+            metrics.consumed(mq.topic, ConsumeStatus.CONSUME_SUCCESS, seconds, len(consumed))
+        if failed:
+            metrics.consumed(mq.topic, ConsumeStatus.RECONSUME_LATER, seconds, len(failed))
+            consumed += await self._failed(mq, pq, failed)
+        return consumed
+
+    async def _run(self, batches: list[list[StoredMessage]]) -> list[tuple[Outcome, float]]:
         """Listener calls: coroutines on the loop one after another, functions in one pool job."""
         consumer = self._consumer
         if not self._is_coroutine:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -12,6 +13,16 @@ class ConsumeStatus(Enum):
 
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageVerdicts:
+    """A concurrent listener's answer per message of its batch, in order, instead of one status
+    for all: CONSUME_SUCCESS, RECONSUME_LATER (sent back for a retry, that message only), or
+    None: not consumed — it stays uncommitted and goes to whoever consumes the queue next (the
+    answer of a draining sidecar for deliveries no application took)."""
+
+    statuses: Sequence[ConsumeStatus | None]
 
 
 class OrderlyStatus(Enum):

@@ -1,14 +1,16 @@
 """Deliveries between the sidecar's push consumer and the application streams.
 
-The consumer's listener calls :meth:`DeliveryHub.deliver` for a message and waits for the
-application's verdict; application streams take pending deliveries as their in-flight limit
-allows and answer them. A stream that goes away puts its unanswered deliveries back at the
-front, so another stream (or the next to connect) gets them — nothing is acknowledged on the
-broker until an application said SUCCESS.
+The consumer's listener calls :meth:`DeliveryHub.deliver` with its batch of messages and waits
+for the application's verdict on each; application streams take pending deliveries as their
+in-flight limit allows and answer them. A batch costs one future and one wake-up however many
+messages it holds (a future and a condition variable per message were most of the sidecar's
+CPU). A stream that goes away puts its unanswered deliveries back at the front, so another
+stream (or the next to connect) gets them — nothing is acknowledged on the broker until an
+application said SUCCESS.
 
-Memory stays bounded without a limit here: the consumer runs at most ``max_in_flight``
-listener calls at once (its worker count) and its flow control stops pulling when the process
-queues are full, so a slow or absent application only makes deliveries wait.
+Memory stays bounded without a limit on waiting deliveries: they are messages the consumer
+already holds in its process queues, whose flow control stops pulling when they are full, so a
+slow or absent application only makes deliveries wait.
 """
 
 from __future__ import annotations
@@ -16,18 +18,44 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from orbitmq.store.record import StoredMessage
+from orbitmq.common.topics import Property
+from orbitmq.store.record import LazyProperties, StoredMessage
 from orbitmq.v1 import sidecar_pb2
 from orbitmq.v1.sidecar_pb2 import AckStatus
 
+ACK_NAMES = {AckStatus.SUCCESS: "SUCCESS", AckStatus.LATER: "LATER", AckStatus.SUSPEND: "SUSPEND"}
+"""Verdicts an application may give; anything else (unset, unknown) counts as LATER."""
 
-@dataclass(eq=False)
+Verdict = int | None
+"""An :class:`AckStatus`, or None for a delivery withdrawn unanswered (the sidecar drained)."""
+
+
+class _Batch:
+    """The verdicts of one listener call's messages; ``done`` resolves once all are settled."""
+
+    __slots__ = ("done", "remaining", "verdicts")
+
+    def __init__(self, size: int, done: asyncio.Future[list[Verdict]]) -> None:
+        self.verdicts: list[Verdict] = [None] * size
+        self.remaining = size
+        self.done = done
+
+    def settle(self, index: int, verdict: Verdict) -> None:
+        self.verdicts[index] = verdict
+        self.remaining -= 1
+        if self.remaining == 0 and not self.done.done():
+            self.done.set_result(self.verdicts)
+
+
+@dataclass(eq=False, slots=True)
 class Pending:
     delivery_id: str
     message: StoredMessage
-    verdict: asyncio.Future[int]
+    batch: _Batch
+    index: int
     stream: AppStream | None = None
 
 
@@ -37,6 +65,8 @@ class AppStream:
     max_in_flight: int
     holding: dict[str, Pending] = field(default_factory=dict)
     attached: bool = False
+    wake: asyncio.Future[None] | None = None
+    """Set while the stream's take waits; resolved when something it waits for changes."""
 
 
 class StreamDetached(Exception):
@@ -44,11 +74,12 @@ class StreamDetached(Exception):
 
 
 class DeliveryHub:
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight: int = 1 << 30) -> None:
+        self.max_in_flight = max_in_flight
+        """Most deliveries handed out and unanswered at once, over all streams."""
         self._waiting: deque[Pending] = deque()
         self._handed: dict[str, Pending] = {}
         self._streams: list[AppStream] = []
-        self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
         self.paused = False
         self.delivered = 0
@@ -64,28 +95,33 @@ class DeliveryHub:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def deliver(self, message: StoredMessage) -> int:
-        """Offer ``message`` to the application; returns its :class:`AckStatus`. Cancelled
-        (leaving the message unacknowledged) when the sidecar drains before an answer."""
-        verdict: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        pending = Pending(f"{next(self._ids)}", message, verdict)
-        self._waiting.append(pending)
-        await self._notify()
+    async def deliver(self, messages: list[StoredMessage]) -> list[Verdict]:
+        """Offer ``messages`` to the applications; returns each one's verdict, in order. A
+        message withdrawn by a drain before anyone answered it gets None (unacknowledged)."""
+        batch = _Batch(len(messages), asyncio.get_running_loop().create_future())
+        ids = self._ids
+        self._waiting.extend(
+            Pending(str(next(ids)), message, batch, index) for index, message in enumerate(messages)
+        )
+        self._notify()
         try:
-            return await verdict
-        finally:
-            self._forget(pending)
+            return await batch.done
+        except asyncio.CancelledError:  # the listener was cancelled: take back what is unanswered
+            self._withdraw(batch)
+            raise
 
-    def _forget(self, pending: Pending) -> None:
-        self._handed.pop(pending.delivery_id, None)
-        if pending.stream is not None:
-            pending.stream.holding.pop(pending.delivery_id, None)
-        if pending in self._waiting:
-            self._waiting.remove(pending)
+    def _withdraw(self, batch: _Batch) -> None:
+        self._waiting = deque(p for p in self._waiting if p.batch is not batch)
+        for pending in [p for p in self._handed.values() if p.batch is batch]:
+            del self._handed[pending.delivery_id]
+            if pending.stream is not None:
+                pending.stream.holding.pop(pending.delivery_id, None)
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+    def _notify(self) -> None:
+        for stream in self._streams:
+            wake = stream.wake
+            if wake is not None and not wake.done():
+                wake.set_result(None)
 
     async def attach(self, stream: AppStream) -> None:
         stream.attached = True
@@ -95,98 +131,109 @@ class DeliveryHub:
         """The stream is gone: what it held unanswered goes back to the front, in order."""
         stream.attached = False
         self._streams.remove(stream)
+        if stream.wake is not None and not stream.wake.done():
+            stream.wake.set_result(None)
         orphans = sorted(stream.holding.values(), key=lambda p: int(p.delivery_id))
         for pending in reversed(orphans):
             self._handed.pop(pending.delivery_id, None)
             pending.stream = None
-            if not pending.verdict.done():
-                self._waiting.appendleft(pending)
-                self.redelivered += 1
+            self._waiting.appendleft(pending)
+            self.redelivered += 1
         stream.holding.clear()
-        await self._notify()
+        self._notify()
+
+    def _ready(self, stream: AppStream) -> bool:
+        return (
+            bool(self._waiting)
+            and not self.paused
+            and len(stream.holding) < stream.max_in_flight
+            and len(self._handed) < self.max_in_flight
+        )
 
     async def next_for(self, stream: AppStream, most: int = 1) -> list[Pending]:
         """The next deliveries for ``stream`` (at least one, at most ``most`` and its free room),
         once it has room and the hub is not paused."""
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: (
-                    not stream.attached
-                    or (
-                        bool(self._waiting) and not self.paused and len(stream.holding) < stream.max_in_flight
-                    )
-                )
-            )
-            if not stream.attached:  # gone while waiting: take nothing
-                raise StreamDetached(stream.app_id)
-            taken = []
-            while self._waiting and len(taken) < most and len(stream.holding) < stream.max_in_flight:
-                pending = self._waiting.popleft()
-                pending.stream = stream
-                stream.holding[pending.delivery_id] = pending
-                self._handed[pending.delivery_id] = pending
-                taken.append(pending)
-            self.delivered += len(taken)
-            return taken
+        while stream.attached and not self._ready(stream):
+            stream.wake = asyncio.get_running_loop().create_future()
+            try:
+                await stream.wake
+            finally:
+                stream.wake = None
+        if not stream.attached:  # gone while waiting: take nothing
+            raise StreamDetached(stream.app_id)
+        room = min(
+            most,
+            stream.max_in_flight - len(stream.holding),
+            self.max_in_flight - len(self._handed),
+            len(self._waiting),
+        )
+        taken = [self._waiting.popleft() for _ in range(room)]
+        holding, handed = stream.holding, self._handed
+        for pending in taken:
+            pending.stream = stream
+            holding[pending.delivery_id] = pending
+            handed[pending.delivery_id] = pending
+        self.delivered += len(taken)
+        return taken
 
     async def ack(self, stream: AppStream, delivery_id: str, status: int) -> None:
         """An application's verdict; unknown ids (answered twice, or by the wrong stream) are ignored."""
-        if self._settle(stream, delivery_id, status):
-            await self._notify()
+        await self.ack_many(stream, ((delivery_id, status),))
 
-    async def ack_many(self, stream: AppStream, acks: list[tuple[str, int]]) -> None:
-        if any([self._settle(stream, delivery_id, status) for delivery_id, status in acks]):
-            await self._notify()
-
-    def _settle(self, stream: AppStream, delivery_id: str, status: int) -> bool:
-        pending = stream.holding.pop(delivery_id, None)
-        if pending is None:
-            return False
-        self._handed.pop(delivery_id, None)
-        name = AckStatus.Name(status) if status in AckStatus.values() and status else "LATER"
-        self.acks[name] = self.acks.get(name, 0) + 1
-        if not pending.verdict.done():
-            pending.verdict.set_result(
-                status if status != AckStatus.ACK_STATUS_UNSPECIFIED else AckStatus.LATER
-            )
-        return True
+    async def ack_many(self, stream: AppStream, acks: Iterable[tuple[str, int]]) -> None:
+        holding, handed, counts = stream.holding, self._handed, self.acks
+        freed = False
+        for delivery_id, status in acks:
+            pending = holding.pop(delivery_id, None)
+            if pending is None:
+                continue
+            del handed[delivery_id]
+            name = ACK_NAMES.get(status)
+            if name is None:
+                name, status = "LATER", AckStatus.LATER
+            counts[name] = counts.get(name, 0) + 1
+            pending.batch.settle(pending.index, status)
+            freed = True
+        if freed:
+            self._notify()
 
     async def set_paused(self, paused: bool) -> None:
         self.paused = paused
-        await self._notify()
+        self._notify()
 
     def cancel_waiting(self) -> int:
         """Drain: deliveries no application holds are withdrawn (they stay unacknowledged)."""
-        withdrawn = 0
+        withdrawn = len(self._waiting)
         while self._waiting:
             pending = self._waiting.popleft()
-            if not pending.verdict.done():
-                pending.verdict.cancel()
-                withdrawn += 1
+            pending.batch.settle(pending.index, None)
         return withdrawn
 
     def cancel_all(self) -> int:
         withdrawn = self.cancel_waiting()
-        for pending in list(self._handed.values()):
-            if not pending.verdict.done():
-                pending.verdict.cancel()
-                withdrawn += 1
+        for stream in self._streams:
+            stream.holding.clear()
+        for pending in self._handed.values():
+            pending.batch.settle(pending.index, None)
+            withdrawn += 1
+        self._handed.clear()
         return withdrawn
 
 
 def to_delivery(pending: Pending) -> sidecar_pb2.Delivery:
-    from orbitmq.common.topics import Property
-
     m = pending.message
+    properties = m.properties
+    if isinstance(properties, LazyProperties):  # a dict fills the proto map without Python calls
+        properties = properties.as_dict()
     return sidecar_pb2.Delivery(
         delivery_id=pending.delivery_id,
         topic=m.topic,
         queue_id=m.queue_id,
         queue_offset=m.queue_offset,
-        msg_id=m.properties.get(Property.UNIQ_KEY) or m.msg_id,
+        msg_id=properties.get(Property.UNIQ_KEY) or m.msg_id,
         keys=list(m.keys),
         tags=m.tags or "",
-        properties=m.properties,
+        properties=properties,
         body=m.body,
         reconsume_times=m.reconsume_times,
         born_timestamp_ms=m.born_timestamp_ms,

@@ -27,6 +27,7 @@ from orbitmq.client.consumer_types import (
     ConsumerSettings,
     ConsumeStatus,
     MessageModel,
+    MessageVerdicts,
     OrderlyStatus,
 )
 from orbitmq.client.message import Message
@@ -52,12 +53,29 @@ FROM = {
 }
 
 
+_CONSUME_STATUS = {AckStatus.SUCCESS: ConsumeStatus.CONSUME_SUCCESS, None: None}
+"""Application verdicts as the consumer takes them: None (withdrawn) stays uncommitted."""
+
+
+def listener_shape(max_in_flight: int, orderly: bool) -> tuple[int, int]:
+    """(listener calls at once, messages per call) for the sidecar's consumer.
+
+    The hub enforces ``max_in_flight``; the consumer offers more so it never starves: as many
+    calls as that (a call may hold a single message: pulls split by queue), each of a batch in
+    concurrent mode. Orderly mode hands over one message at a time.
+    """
+    if orderly:
+        return max_in_flight, 1
+    return max_in_flight, max(1, min(32, max_in_flight // 4))
+
+
 class Sidecar:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
-        self.hub = DeliveryHub()
+        self.hub = DeliveryHub(settings.max_in_flight)
         self.grpc = GrpcServer("sidecar", settings.listen, metrics_listen=settings.metrics_listen)
         self.metrics = ConsumerMetrics(settings.group, settings.instance_name, registry=self.grpc.registry)
+        threads, batch = listener_shape(settings.max_in_flight, settings.orderly)
         self.grpc.registry.register(_SidecarCollector(self))
         self.consumer = PushConsumer(
             settings.group,
@@ -68,7 +86,8 @@ class Sidecar:
             consume_from=FROM[settings.consume_from],
             consume_timestamp_ms=settings.consume_timestamp_ms,
             settings=ConsumerSettings(
-                consume_threads=settings.max_in_flight,
+                consume_threads=threads,
+                consume_batch=batch,
                 rebalance_ms=settings.rebalance_ms,
                 persist_ms=settings.persist_ms,
                 heartbeat_ms=settings.heartbeat_ms,
@@ -86,15 +105,17 @@ class Sidecar:
 
     # -- listeners (the push consumer calls these) -----------------------------------------------
 
-    async def _listen(self, messages: list[StoredMessage]) -> ConsumeStatus:
-        for message in messages:
-            if await self.hub.deliver(message) != AckStatus.SUCCESS:
-                return ConsumeStatus.RECONSUME_LATER
-        return ConsumeStatus.CONSUME_SUCCESS
+    async def _listen(self, messages: list[StoredMessage]) -> ConsumeStatus | MessageVerdicts:
+        """A batch at once; each message gets the application's own verdict."""
+        verdicts = await self.hub.deliver(messages)
+        if all(v == AckStatus.SUCCESS for v in verdicts):
+            return ConsumeStatus.CONSUME_SUCCESS
+        return MessageVerdicts([_CONSUME_STATUS.get(v, ConsumeStatus.RECONSUME_LATER) for v in verdicts])
 
     async def _listen_orderly(self, messages: list[StoredMessage]) -> OrderlyStatus:
+        """One message at a time: the next is handed out only after this one succeeded."""
         for message in messages:
-            if await self.hub.deliver(message) != AckStatus.SUCCESS:
+            if await self.hub.deliver([message]) != [AckStatus.SUCCESS]:
                 return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
         return OrderlyStatus.SUCCESS
 

@@ -167,6 +167,10 @@ class LazyProperties(Mapping[str, str]):
             parsed = self._parsed = decode_properties(self._raw)
         return parsed
 
+    def as_dict(self) -> dict[str, str]:
+        """The parsed properties as a plain dict (shared: do not modify)."""
+        return self._dict()
+
     def __getitem__(self, name: str) -> str:
         return self._dict()[name]
 

@@ -17,8 +17,10 @@ from clusterkit import FAST, Cluster, Collector, eventually, start_cluster
 from orbitmq.client import (
     Admin,
     ConsumeFromWhere,
+    ConsumeStatus,
     Message,
     MessageQueue,
+    MessageVerdicts,
     OrderlyStatus,
     Producer,
     PushConsumer,
@@ -213,3 +215,54 @@ async def test_rebalance_hands_over_orderly_locks(cluster: Cluster) -> None:
     await eventually(lambda: set(owners().values()) == {second.client_id}, 10, lambda: str(owners()))
     await second.close()
     assert set(owners().values()) == {None}, "close unlocks"
+
+
+async def test_per_message_verdicts_commit_retry_or_keep_each_message(cluster: Cluster) -> None:
+    """A listener answering per message (as the sidecar does for a batch): successes are
+    committed, a failure alone goes to the retry topic, an unconsumed message holds the
+    committed offset and is consumed again by the next owner of the queue."""
+    await topic(cluster, "Verdicts", queues=1)
+    await send(cluster, "Verdicts", [f"{i}" for i in range(8)])
+    calls: list[list[tuple[str, int]]] = []
+    verdict = {"3": ConsumeStatus.RECONSUME_LATER, "5": None}
+
+    def listener(messages: list[StoredMessage]) -> MessageVerdicts:
+        calls.append([(m.body.decode(), m.reconsume_times) for m in messages])
+        return MessageVerdicts(
+            [
+                verdict.get(m.body.decode(), ConsumeStatus.CONSUME_SUCCESS)
+                if m.reconsume_times == 0
+                else ConsumeStatus.CONSUME_SUCCESS
+                for m in messages
+            ]
+        )
+
+    settings = dataclasses.replace(FAST, consume_batch=8)
+    first = PushConsumer(
+        "Verdicts",
+        cluster.address,
+        listener=listener,
+        settings=settings,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
+    first.subscribe("Verdicts")
+    await first.start()
+    seen = lambda: [d for call in calls for d in call]  # noqa: E731
+    await eventually(lambda: ("3", 1) in seen(), 10, lambda: str(calls))
+    mq = MessageQueue("Verdicts", "broker-a", 0)
+    await asyncio.sleep(0.5)
+    assert first.committed_offsets().get(mq) == 5, "the unconsumed message 5 holds the offset"
+    assert sorted(body for body, times in seen() if times == 0) == [f"{i}" for i in range(8)]
+    await first.close()
+
+    calls.clear()
+    verdict.clear()
+    second = PushConsumer("Verdicts", cluster.address, listener=listener, settings=settings)
+    second.subscribe("Verdicts")
+    await second.start()
+    await eventually(lambda: ("5", 0) in seen(), 10, lambda: str(calls))
+    await eventually(
+        lambda: second.committed_offsets().get(mq) == 8, 10, lambda: str(second.committed_offsets())
+    )
+    assert "3" not in [body for body, _ in seen()], "the failed one was retried, not left behind"
+    await second.close()

@@ -20,7 +20,7 @@ class FakeMessage:
 
 async def test_a_detached_streams_deliveries_go_to_the_next_stream_in_order() -> None:
     hub = DeliveryHub()
-    verdicts = [asyncio.create_task(hub.deliver(FakeMessage(i))) for i in range(8)]  # type: ignore[arg-type]
+    verdicts = [asyncio.create_task(hub.deliver([FakeMessage(i)])) for i in range(8)]  # type: ignore[list-item]
     await asyncio.sleep(0)
     silent = AppStream("silent", 5)
     await hub.attach(silent)
@@ -39,14 +39,14 @@ async def test_a_detached_streams_deliveries_go_to_the_next_stream_in_order() ->
         order.append(pending.message.body)
         await hub.ack(helper, pending.delivery_id, AckStatus.SUCCESS)
     assert order == list(range(8))
-    assert await asyncio.gather(*verdicts) == [AckStatus.SUCCESS] * 8
+    assert await asyncio.gather(*verdicts) == [[AckStatus.SUCCESS]] * 8
     assert hub.redelivered == 5 and hub.acks == {"SUCCESS": 8}
 
 
 async def test_pause_holds_deliveries_and_a_stream_never_exceeds_its_limit() -> None:
     hub = DeliveryHub()
     for i in range(3):
-        asyncio.create_task(hub.deliver(FakeMessage(i)))  # type: ignore[arg-type]  # noqa: RUF006
+        asyncio.create_task(hub.deliver([FakeMessage(i)]))  # type: ignore[list-item]  # noqa: RUF006
     await asyncio.sleep(0)
     stream = AppStream("app", 1)
     await hub.attach(stream)
@@ -81,3 +81,20 @@ def test_settings_are_validated_with_reasons() -> None:
     ):
         with pytest.raises(ValidationError, match=reason):
             SidecarSettings(**bad)
+
+
+async def test_a_batch_gets_each_messages_own_verdict_and_none_when_withdrawn() -> None:
+    hub = DeliveryHub(max_in_flight=2)
+    batch = asyncio.create_task(hub.deliver([FakeMessage(i) for i in range(4)]))  # type: ignore[misc]
+    await asyncio.sleep(0)
+    stream = AppStream("app", 10)
+    await hub.attach(stream)
+    first = await hub.next_for(stream, most=10)
+    assert [p.message.body for p in first] == [0, 1], "the hub's own limit applies over all streams"
+    await hub.ack_many(stream, [(first[0].delivery_id, AckStatus.SUCCESS), (first[1].delivery_id, 99)])
+    (third,) = await hub.next_for(stream)
+    await hub.ack(stream, third.delivery_id, AckStatus.SUCCESS)
+    assert hub.waiting == 1 and not batch.done()
+    assert hub.cancel_all() == 1  # the drain withdraws the fourth, never handed out
+    assert await batch == [AckStatus.SUCCESS, AckStatus.LATER, AckStatus.SUCCESS, None]
+    assert hub.acks == {"SUCCESS": 2, "LATER": 1} and hub.in_flight == 0
