@@ -220,22 +220,28 @@ class DeliveryHub:
         return withdrawn
 
 
-def to_delivery(pending: Pending) -> sidecar_pb2.Delivery:
-    m = pending.message
-    properties = m.properties
-    if isinstance(properties, LazyProperties):  # a dict fills the proto map without Python calls
-        properties = properties.as_dict()
-    return sidecar_pb2.Delivery(
-        delivery_id=pending.delivery_id,
-        topic=m.topic,
-        queue_id=m.queue_id,
-        queue_offset=m.queue_offset,
-        msg_id=properties.get(Property.UNIQ_KEY) or m.msg_id,
-        keys=list(m.keys),
-        tags=m.tags or "",
-        properties=properties,
-        body=m.body,
-        reconsume_times=m.reconsume_times,
-        born_timestamp_ms=m.born_timestamp_ms,
-        store_timestamp_ms=m.store_timestamp_ms,
-    )
+def to_deliveries(taken: list[Pending]) -> sidecar_pb2.Deliveries:
+    """One stream message for ``taken``. Each delivery is built in place (``add``): building
+    them apart and passing the list copies every one, body included."""
+    out = sidecar_pb2.Deliveries()
+    add = out.deliveries.add
+    for pending in taken:
+        m = pending.message
+        properties = m.properties
+        if isinstance(properties, LazyProperties):  # a dict fills the map without Python calls
+            properties = properties.as_dict()
+        add(
+            delivery_id=pending.delivery_id,
+            topic=m.topic,
+            queue_id=m.queue_id,
+            queue_offset=m.queue_offset,
+            msg_id=properties.get(Property.UNIQ_KEY) or m.msg_id,
+            keys=m.keys,
+            tags=m.tags or "",
+            properties=properties,
+            body=m.body,
+            reconsume_times=m.reconsume_times,
+            born_timestamp_ms=m.born_timestamp_ms,
+            store_timestamp_ms=m.store_timestamp_ms,
+        )
+    return out

@@ -34,7 +34,7 @@ from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer
-from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_delivery
+from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_deliveries
 from orbitmq.sidecar.settings import SidecarSettings
 from orbitmq.store.record import StoredMessage
 from orbitmq.v1 import broker_pb2, sidecar_pb2, sidecar_pb2_grpc
@@ -108,7 +108,7 @@ class Sidecar:
     async def _listen(self, messages: list[StoredMessage]) -> ConsumeStatus | MessageVerdicts:
         """A batch at once; each message gets the application's own verdict."""
         verdicts = await self.hub.deliver(messages)
-        if all(v == AckStatus.SUCCESS for v in verdicts):
+        if verdicts.count(AckStatus.SUCCESS) == len(verdicts):
             return ConsumeStatus.CONSUME_SUCCESS
         return MessageVerdicts([_CONSUME_STATUS.get(v, ConsumeStatus.RECONSUME_LATER) for v in verdicts])
 
@@ -175,7 +175,7 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
         async def read_acks() -> None:
             async for request in request_iterator:
                 if request.WhichOneof("kind") == "acks":
-                    await hub.ack_many(stream, [(a.delivery_id, a.status) for a in request.acks.acks])
+                    await hub.ack_many(stream, ((a.delivery_id, a.status) for a in request.acks.acks))
 
         reader = asyncio.get_running_loop().create_task(read_acks())
         taking: asyncio.Task[list[Pending]] | None = None
@@ -185,7 +185,7 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
                 done, _ = await asyncio.wait({taking, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if taking not in done:
                     return  # the application is gone; what it held (even just taken) is re-queued
-                yield sidecar_pb2.Deliveries(deliveries=[to_delivery(p) for p in taking.result()])
+                yield to_deliveries(taking.result())
         finally:
             # gRPC cancels this handler when the application goes: stop taking before detaching,
             # or a waiting take would grab a re-queued delivery for a stream that is gone.
