@@ -62,11 +62,13 @@ def listener_shape(max_in_flight: int, orderly: bool) -> tuple[int, int]:
 
     The hub enforces ``max_in_flight``; the consumer offers more so it never starves: as many
     calls as that (a call may hold a single message: pulls split by queue), each of a batch in
-    concurrent mode. Orderly mode hands over one message at a time.
+    concurrent mode — up to half of ``max_in_flight`` (at most a pull's 32), so a call's
+    bookkeeping is shared by many messages while a slow one holds back only its own call.
+    Orderly mode hands over one message at a time.
     """
     if orderly:
         return max_in_flight, 1
-    return max_in_flight, max(1, min(32, max_in_flight // 4))
+    return max_in_flight, max(1, min(32, max_in_flight // 2))
 
 
 class Sidecar:
