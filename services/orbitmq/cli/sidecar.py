@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -47,6 +46,7 @@ def sidecar_command(config_file: Path | None, **flags: object) -> None:
 
     Settings come from --config, then ORBITMQ_SIDECAR_<FIELD> environment variables, then flags.
     """
+    from orbitmq.common.loop import run_on_fast_loop
     from orbitmq.sidecar.server import run
     from orbitmq.sidecar.settings import ENV_PREFIX, SidecarSettings
 
@@ -57,4 +57,4 @@ def sidecar_command(config_file: Path | None, **flags: object) -> None:
     else:
         flags["subscriptions"] = list(flags["subscriptions"])  # type: ignore[call-overload]
     settings = settings_or_exit(SidecarSettings, config_file, ENV_PREFIX, flags)
-    asyncio.run(run(settings))
+    run_on_fast_loop(run(settings))
