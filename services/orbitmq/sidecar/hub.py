@@ -98,6 +98,8 @@ class DeliveryHub:
     async def deliver(self, messages: list[StoredMessage]) -> list[Verdict]:
         """Offer ``messages`` to the applications; returns each one's verdict, in order. A
         message withdrawn by a drain before anyone answered it gets None (unacknowledged)."""
+        if not messages:
+            return []
         batch = _Batch(len(messages), asyncio.get_running_loop().create_future())
         ids = self._ids
         self._waiting.extend(
