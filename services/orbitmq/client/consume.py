@@ -191,7 +191,12 @@ class ConcurrentConsumer:
             )
             statuses = [ConsumeStatus.RECONSUME_LATER] * len(batch)
         consumed = [m for m, v in zip(batch, statuses, strict=True) if v is ConsumeStatus.CONSUME_SUCCESS]
-        failed = [m for m, v in zip(batch, statuses, strict=True) if v is ConsumeStatus.RECONSUME_LATER]
+        # Anything but success or None (not consumed) counts as a failure, as a batch's result does.
+        failed = [
+            m
+            for m, v in zip(batch, statuses, strict=True)
+            if v is not None and v is not ConsumeStatus.CONSUME_SUCCESS
+        ]
         metrics = self._consumer.metrics
         if consumed:
             metrics.consumed(mq.topic, ConsumeStatus.CONSUME_SUCCESS, seconds, len(consumed))
