@@ -64,6 +64,29 @@ class Process:
             self.popen.kill()
 
 
+def cli(*args: str) -> list[str]:
+    """The ``orbitmq`` command line for a child process of this interpreter."""
+    return [sys.executable, "-m", "orbitmq.cli.main", *args]
+
+
+def broker_process(data: Path, *extra: str, namesrv: str = "") -> Process:
+    """A broker child process on ``data`` with an ephemeral port and no metrics port."""
+    return Process(
+        cli(
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--data-dir",
+            str(data),
+            "--namesrv",
+            namesrv,
+            *extra,
+        )
+    )
+
+
 def _send_request(count: int, body: bytes, queue_id: int = -1) -> broker_pb2.SendMessageRequest:
     return broker_pb2.SendMessageRequest(
         producer_group="bench",
@@ -277,22 +300,7 @@ async def _latency_figure(stub: broker_pb2_grpc.BrokerStub, body: bytes) -> Figu
 
 def run(emit: Callable[[Figure], None], *, messages: int, work_dir: Path | None) -> None:
     data = Path(tempfile.mkdtemp(prefix="orbitmq-bench-broker-", dir=work_dir))
-    broker = Process(
-        [
-            sys.executable,
-            "-m",
-            "orbitmq.cli.main",
-            "broker",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-            "--data-dir",
-            str(data),
-            "--namesrv",
-            "",
-        ]
-    )
+    broker = broker_process(data)
     echo = Process([sys.executable, "-m", "orbitmq.bench.echo"])
     try:
         time.sleep(1.0)

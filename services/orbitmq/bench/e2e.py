@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from orbitmq.bench.broker import Process, drain_queue
+from orbitmq.bench.broker import Process, broker_process, cli, drain_queue
 from orbitmq.bench.figures import Figure
 from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
@@ -48,13 +48,9 @@ QUEUES = 8
 BODY = 1024
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "orbitmq.cli.main", *args]
-
-
 def _produce(namesrv: str, topic: str, count: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        _cli(
+        cli(
             "produce",
             "--namesrv",
             namesrv,
@@ -250,22 +246,10 @@ def run(
 def cluster_processes(name: str, work_dir: Path | None) -> Iterator[tuple[str, str]]:
     """A name server and a broker as child processes on a temporary store; yields their addresses."""
     data = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-{name}-", dir=work_dir))
-    namesrv = Process(_cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", ""))
+    namesrv = Process(cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", ""))
     broker = None
     try:
-        broker = Process(
-            _cli(
-                "broker",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "",
-                "--data-dir",
-                str(data),
-                "--namesrv",
-                namesrv.address,
-            )
-        )
+        broker = broker_process(data, namesrv=namesrv.address)
         yield namesrv.address, broker.address
     finally:
         if broker is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from orbitmq.bench.broker import TOPIC, Process, _drive, _send_request
+from orbitmq.bench.broker import TOPIC, Process, _drive, _send_request, broker_process
 from orbitmq.bench.figures import Figure
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
@@ -35,28 +34,7 @@ IN_FLIGHT = 8
 def _broker(data: Path, role: str, broker_id: int, master: str = "") -> Process:
     config = data.with_suffix(".yaml")
     config.write_text(f"master_addr: '{master}'\n" if master else "{}\n")
-    return Process(
-        [
-            sys.executable,
-            "-m",
-            "orbitmq.cli.main",
-            "broker",
-            "--config",
-            str(config),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-            "--namesrv",
-            "",
-            "--data-dir",
-            str(data),
-            "--broker-role",
-            role,
-            "--broker-id",
-            str(broker_id),
-        ]
-    )
+    return broker_process(data, "--config", str(config), "--broker-role", role, "--broker-id", str(broker_id))
 
 
 async def _state(address: str) -> broker_pb2.HaState:

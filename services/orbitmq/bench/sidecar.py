@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from orbitmq.bench.broker import Process
-from orbitmq.bench.e2e import _cli, _consume, _produce, _wait, cluster_processes
+from orbitmq.bench.broker import Process, cli
+from orbitmq.bench.e2e import _consume, _produce, _wait, cluster_processes
 from orbitmq.bench.figures import Figure
 from orbitmq.client.admin import Admin
 from orbitmq.sidecar.client import SidecarClient
@@ -44,7 +44,7 @@ async def _measure(namesrv: str, emit: Callable[[Figure], None], messages: int, 
     direct = messages / await _consume(namesrv, TOPIC, "bench-direct", messages, "direct push consumer")
     sidecar = await asyncio.to_thread(
         Process,
-        _cli(
+        cli(
             "sidecar",
             "--namesrv",
             namesrv,
