@@ -46,7 +46,7 @@ from orbitmq.common.topics import SCHEDULE_TOPIC, Property
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import BrokerConfigTables, Permission, TopicConfig
 from orbitmq.store.message_filter import TagFilter
-from orbitmq.store.record import InboundMessage, MessageBatch
+from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch
 from orbitmq.store.results import PutResult, PutStatus
 from orbitmq.store.service import StoreService
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2, nameserver_pb2_grpc
@@ -345,7 +345,7 @@ class Broker:
     async def put(self, messages: list[InboundMessage]) -> PutResult:
         return await self._replicated(await self.service.put_messages(messages))
 
-    async def put_batch(self, batch: MessageBatch) -> PutResult:
+    async def put_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
         return await self._replicated(await self.service.put_batch(batch))
 
     async def _replicated(self, result: PutResult) -> PutResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -19,11 +19,12 @@ from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.reput import detour
 from orbitmq.broker.topics import retry_topic, topic_to_proto
 from orbitmq.common.names import validate_group_name
-from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.rpc import RpcFailure, parse_request, takes_request_bytes
 from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
+from orbitmq.native import scan_send
 from orbitmq.store.config_store import SubscriptionGroupConfig
 from orbitmq.store.message_filter import MessageFilter
-from orbitmq.store.record import InboundMessage, MessageBatch, SysFlag, transaction_type
+from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch, SysFlag, transaction_type
 from orbitmq.store.results import GetStatus, PutResult, PutStatus
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason, PullStatus, SendStatus
@@ -45,10 +46,29 @@ _MOVED = (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL)
 _EMPTY_QUEUE = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
 MAX_PULL_BATCH = 1024
 _DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED})
+_DETOUR_NAMES = tuple(name.encode() for name in sorted(_DETOUR_KEYS))
 _TOPIC_OF = attrgetter("topic")
 _BODY_OF = attrgetter("body")
 _FLAG_OF = attrgetter("flag")
 _PROPERTIES_OF = attrgetter("properties")
+
+
+def _properties(protos: Iterable[common_pb2.Message]) -> list[dict[str, str]]:
+    # A comprehension over the upb map's own iterator: dict(map) goes through the
+    # pure-Python Mapping.keys() view and costs twice as much per message.
+    return [{k: p[k] for k in p} for p in map(_PROPERTIES_OF, protos)]
+
+
+def _check_topics(topic: str, protos: list[common_pb2.Message]) -> None:
+    """Every message of a send is for the request's topic (or names none)."""
+    topics = set(map(_TOPIC_OF, protos))
+    topics.discard("")
+    if topics and topics != {topic}:
+        other = next(m.topic for m in protos if m.topic and m.topic != topic)
+        raise RpcFailure(
+            ErrorReason.MESSAGE_ILLEGAL,
+            f"message topic {other!r} differs from the request's topic {topic!r}",
+        )
 
 
 def put_failure(result: PutResult) -> RpcFailure:
@@ -65,65 +85,46 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
     # -- producers -----------------------------------------------------------------------------
 
-    async def SendMessage(self, request: broker_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
+    @takes_request_bytes
+    async def SendMessage(self, data: bytes, context: grpc.aio.ServicerContext):
+        request = parse_request(broker_pb2.SendMessageRequest, data, "SendMessage")
         b = self.b
         started = time.perf_counter()
         self._writable()
-        protos = list(request.messages)  # one wrapper per message, reused by the column maps below
-        if not protos:
+        if not request.messages:
             raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
-        config = b.topics.for_send(request.topic, request.default_topic_queue_nums)
-        queue_id = b.topics.pick_queue(config, request.queue_id)
-        born_host = request.born_host or _peer_host(context)
-        born_ms = request.born_timestamp_ms or b.clock.now_ms()
-        sys_flag, reconsume = request.sys_flag, request.reconsume_times
         topic = request.topic
-        topics = set(map(_TOPIC_OF, protos))
-        topics.discard("")
-        if topics and topics != {topic}:
-            other = next(m.topic for m in protos if m.topic and m.topic != topic)
-            raise RpcFailure(
-                ErrorReason.MESSAGE_ILLEGAL,
-                f"message topic {other!r} differs from the request's topic {topic!r}",
-            )
-        # A comprehension over the upb map's own iterator: dict(map) goes through the
-        # pure-Python Mapping.keys() view and costs twice as much per message.
-        properties = [{k: p[k] for k in p} for p in map(_PROPERTIES_OF, protos)]
-        if not sys_flag and all(map(_DETOUR_KEYS.isdisjoint, properties)):
-            # The usual send: no message detours, so the batch is stored column by column.
-            batch = MessageBatch(
+        config = b.topics.for_send(topic, request.default_topic_queue_nums)
+        queue_id = b.topics.pick_queue(config, request.queue_id)
+        born = (request.born_host or _peer_host(context), request.born_timestamp_ms or b.clock.now_ms())
+        scanned = None if request.sys_flag else scan_send(data, topic, _DETOUR_NAMES)
+        if scanned is not None:
+            # The usual send, on the C path: no Python object per message.
+            batch = ScannedBatch(
                 topic,
                 queue_id,
-                list(map(_BODY_OF, protos)),
-                properties,
-                list(map(_FLAG_OF, protos)),
-                sys_flag,
-                born_ms,
-                born_host,
-                reconsume,
+                data,
+                *scanned,
+                unpacked=lambda: self._columns(request, queue_id, born, _properties(request.messages)),
+                born_host=born[0],
+                born_timestamp_ms=born[1],
+                reconsume_times=request.reconsume_times,
             )
             result = await b.put_batch(batch)
+            count, transaction_id = batch.count, batch.first_unique_key
         else:
-            messages = []
-            for message, props in zip(protos, properties, strict=True):
-                inbound = InboundMessage(
-                    topic,
-                    message.body,
-                    queue_id,
-                    props,
-                    message.flag,
-                    sys_flag,
-                    born_ms,
-                    born_host,
-                    reconsume,
-                )
-                if sys_flag or not _DETOUR_KEYS.isdisjoint(props):
-                    inbound = self._route(inbound, request.producer_group)
-                messages.append(inbound)
-            result = await b.put(messages)
+            protos = list(request.messages)  # one wrapper per message, reused by the column maps below
+            _check_topics(topic, protos)
+            properties = _properties(protos)
+            count, transaction_id = len(protos), properties[0].get(Property.UNIQ_KEY)
+            if not request.sys_flag and all(map(_DETOUR_KEYS.isdisjoint, properties)):
+                # No message detours, so the batch is stored column by column.
+                result = await b.put_batch(self._columns(request, queue_id, born, properties, protos))
+            else:
+                result = await b.put(self._inbound(request, queue_id, born, properties, protos))
         if result.status not in _SEND_STATUS:
             raise put_failure(result)
-        b.metrics.observe_send(topic, len(properties), time.perf_counter() - started)
+        b.metrics.observe_send(topic, count, time.perf_counter() - started)
         first = result.first
         return broker_pb2.SendMessageResponse(
             status=_SEND_STATUS[result.status],
@@ -131,9 +132,58 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             queue_id=queue_id,
             queue_offset=first.queue_offset,
             broker_name=b.settings.broker_name,
-            transaction_id=properties[0].get(Property.UNIQ_KEY, ""),
+            transaction_id=transaction_id or "",
             commit_log_offset=first.physical_offset,
         )
+
+    @staticmethod
+    def _columns(
+        request: broker_pb2.SendMessageRequest,
+        queue_id: int,
+        born: tuple[str, int],
+        properties: list[dict[str, str]],
+        protos: list[common_pb2.Message] | None = None,
+    ) -> MessageBatch:
+        """The messages of a send as a :class:`MessageBatch` (the Python path)."""
+        protos = protos if protos is not None else list(request.messages)
+        return MessageBatch(
+            request.topic,
+            queue_id,
+            list(map(_BODY_OF, protos)),
+            properties,
+            list(map(_FLAG_OF, protos)),
+            request.sys_flag,
+            born[1],
+            born[0],
+            request.reconsume_times,
+        )
+
+    def _inbound(
+        self,
+        request: broker_pb2.SendMessageRequest,
+        queue_id: int,
+        born: tuple[str, int],
+        properties: list[dict[str, str]],
+        protos: list[common_pb2.Message],
+    ) -> list[InboundMessage]:
+        """The messages of a send one by one, delayed and prepared ones routed to their detours."""
+        messages = []
+        for message, props in zip(protos, properties, strict=True):
+            inbound = InboundMessage(
+                request.topic,
+                message.body,
+                queue_id,
+                props,
+                message.flag,
+                request.sys_flag,
+                born[1],
+                born[0],
+                request.reconsume_times,
+            )
+            if request.sys_flag or not _DETOUR_KEYS.isdisjoint(props):
+                inbound = self._route(inbound, request.producer_group)
+            messages.append(inbound)
+        return messages
 
     def _route(self, message: InboundMessage, producer_group: str) -> InboundMessage:
         """Delayed and prepared messages detour through their system topics."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -25,6 +25,8 @@ from orbitmq.v1.broker_pb2 import ErrorReason
 log = logging.getLogger(__name__)
 
 ERROR_DOMAIN = "orbitmq.io"
+F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M")
 
 # Which gRPC code goes with each reason; retriable reasons map to UNAVAILABLE.
 _CODES: dict[int, grpc.StatusCode] = {
@@ -113,6 +115,21 @@ def _safe_deserializer(deserialize: Callable[[bytes], Any] | None, method: str) 
     return parse
 
 
+def takes_request_bytes(method: F) -> F:
+    """Mark a servicer method that gets its request's bytes, unparsed, and parses them itself
+    (with :func:`parse_request`): for handlers that also read the wire bytes directly."""
+    method.takes_request_bytes = True  # type: ignore[attr-defined]
+    return method
+
+
+def parse_request(message_type: type[M], data: bytes, method: str) -> M:
+    """``data`` parsed as ``message_type``; bytes that do not parse are an INVALID_ARGUMENT failure."""
+    try:
+        return message_type.FromString(data)  # type: ignore[attr-defined]
+    except DecodeError as error:
+        raise RpcFailure(ErrorReason.INVALID_ARGUMENT, f"malformed request to {method}: {error}") from None
+
+
 def _check_parsed(request: Any) -> None:
     if isinstance(request, _Malformed):
         raise RpcFailure(ErrorReason.INVALID_ARGUMENT, request.problem)
@@ -148,7 +165,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         """Wrapped handlers by method: built once, not on every call."""
 
     def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        parse = _safe_deserializer(handler.request_deserializer, method)
+        behaviour = handler.unary_unary or handler.stream_stream
+        raw = getattr(behaviour, "takes_request_bytes", False)
+        parse = _safe_deserializer(None if raw else handler.request_deserializer, method)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 

@@ -17,6 +17,7 @@ from itertools import accumulate, chain, repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from orbitmq.native import NATIVE
 from orbitmq.store.mapped_file import (
     FsyncFn,
     MappedFile,
@@ -33,12 +34,14 @@ from orbitmq.store.record import (
     HEADER_BYTES,
     MESSAGE_MAGIC,
     PREFIX,
+    SHARED_FIELDS,
     STORE_TIMESTAMP_POS,
     TIMESTAMP_FIELD,
     TRANSACTION_MASK,
     U16,
     InboundMessage,
     MessageBatch,
+    ScannedBatch,
     SysFlag,
     body_crc,
     encode_host,
@@ -48,9 +51,7 @@ log = logging.getLogger(__name__)
 
 SCAN_CHUNK_BYTES = 4 << 20
 _OFFSET = struct.Struct("!q")
-_SHARED_FIELDS = struct.Struct("!iq16sIq16sIiq")
-"""Header bytes 36..108 (sys flag .. prepared transaction offset): the same for a whole batch."""
-_BATCH_HEADER = struct.Struct(f"!iIIiiqq{_SHARED_FIELDS.size}si")
+_BATCH_HEADER = struct.Struct(f"!iIIiiqq{SHARED_FIELDS.size}si")
 """The record header with the shared fields as one packed string (9 arguments to pack, not 17)."""
 assert _BATCH_HEADER.size == HEADER.size
 _NO_QUEUE_OFFSET_TYPES = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
@@ -343,30 +344,10 @@ class CommitLog:
         count = len(sizes)
         if not len(batch.bodies) == len(batch.flags) == len(properties_raw) == count:
             raise ValueError(f"batch columns differ in length from its {count} sizes")
-        segment = self._writable_segment(total_bytes)
-        first = self._write_offset
-        if batch.sys_flag & TRANSACTION_MASK in _NO_QUEUE_OFFSET_TYPES:
-            queue_offsets = [0] * count
-        else:
-            key = (batch.topic, batch.queue_id)
-            base = self.queue_offsets.get(key, 0)
-            self.queue_offsets[key] = base + count
-            queue_offsets = list(range(base, base + count))
+        segment, first, queue_offset, step, shared = self._start_batch(batch, total_bytes, store_timestamp_ms)
+        queue_offsets = list(range(queue_offset, queue_offset + count)) if step else [0] * count
         physical = list(accumulate(sizes, initial=first))
         end = physical.pop()
-        born_address, born_port = encode_host(batch.born_host)
-        store_address, store_port = self._store_host_raw
-        shared = _SHARED_FIELDS.pack(
-            batch.sys_flag,
-            batch.born_timestamp_ms,
-            born_address,
-            born_port,
-            store_timestamp_ms,
-            store_address,
-            store_port,
-            batch.reconsume_times,
-            0,  # prepared transaction offset: only the broker's own puts set it
-        )
         bodies = batch.bodies
         headers = map(
             _BATCH_HEADER.pack,
@@ -391,6 +372,66 @@ class CommitLog:
         segment.write_parts(first - segment.start_offset, list(chain.from_iterable(records)))
         self._write_offset = end
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, physical)
+
+    def append_scanned(
+        self, batch: ScannedBatch, topic_raw: bytes, total_bytes: int, store_timestamp_ms: int
+    ) -> AppendedBatch:
+        """Append a :class:`ScannedBatch`: the C writer builds the records :meth:`append_batch`
+        would (same header, same body CRC) straight from the request bytes, in one pwrite."""
+        assert NATIVE is not None, "a scanned batch exists only when the C path is loaded"
+        segment, first, queue_offset, step, shared = self._start_batch(batch, total_bytes, store_timestamp_ms)
+        position = first - segment.start_offset
+        if position + total_bytes > segment.size:
+            raise ValueError(f"{segment.path}: {total_bytes} bytes at {position} overrun {segment.size}")
+        sizes = NATIVE.write(
+            batch.request,
+            batch.layout,
+            segment.fileno(),
+            position,
+            U16.pack(len(topic_raw)) + topic_raw,
+            shared,
+            batch.queue_id,
+            queue_offset,
+            step,
+            first,
+        )
+        end = first + total_bytes
+        if end != first + sum(sizes):
+            raise RuntimeError(f"the C writer wrote {sum(sizes)} bytes of a {total_bytes}-byte batch")
+        self._write_offset = end
+        count = batch.count
+        queue_offsets = list(range(queue_offset, queue_offset + count)) if step else [0] * count
+        return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end)
+
+    def _start_batch(
+        self, batch: MessageBatch | ScannedBatch, total_bytes: int, store_timestamp_ms: int
+    ) -> tuple[MappedFile, int, int, int, bytes]:
+        """What every batch append starts with: the segment that takes ``total_bytes`` (rolled
+        if needed), the first record's offset, the first queue offset and its step per message
+        (0: prepared and rolled-back halves all get queue offset 0; the queue's counter is
+        advanced past the batch otherwise), and the header fields the batch's records share."""
+        segment = self._writable_segment(total_bytes)
+        count = len(batch)
+        if batch.sys_flag & TRANSACTION_MASK in _NO_QUEUE_OFFSET_TYPES:
+            queue_offset, step = 0, 0
+        else:
+            key = (batch.topic, batch.queue_id)
+            queue_offset, step = self.queue_offsets.get(key, 0), 1
+            self.queue_offsets[key] = queue_offset + count
+        born_address, born_port = encode_host(batch.born_host)
+        store_address, store_port = self._store_host_raw
+        shared = SHARED_FIELDS.pack(
+            batch.sys_flag,
+            batch.born_timestamp_ms,
+            born_address,
+            born_port,
+            store_timestamp_ms,
+            store_address,
+            store_port,
+            batch.reconsume_times,
+            0,  # prepared transaction offset: only the broker's own puts set it
+        )
+        return segment, self._write_offset, queue_offset, step, shared
 
     def append_raw(self, physical_offset: int, data: bytes) -> None:
         """Place bytes copied from another broker's log at the same offsets (replication)."""

@@ -15,7 +15,6 @@ import logging
 import mmap
 from collections import deque
 from collections.abc import Callable, Sequence
-from operator import methodcaller
 
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property, split_keys
 from orbitmq.store.commitlog import AppendedBatch, CommitLog
@@ -30,6 +29,7 @@ from orbitmq.store.record import (
     TRANSACTION_MASK,
     InboundMessage,
     MessageBatch,
+    ScannedBatch,
     SysFlag,
     decode_properties,
     tags_code,
@@ -48,8 +48,6 @@ _TAG_CACHE_SIZE = 10_000
 _MAX_PENDING_BATCHES = 100_000
 
 _NO_CONSUME_QUEUE_TYPES = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
-_INDEXED_KEYS = frozenset({Property.KEYS, Property.UNIQ_KEY})
-_GET_TAGS = methodcaller("get", Property.TAGS)
 
 
 class DispatchError(RuntimeError):
@@ -82,7 +80,9 @@ class Dispatcher:
         self._index_sink = index_sink
         self._delay_levels_ms = delay_levels_ms
         self._listeners: list[QueueGrowthListener] = []
-        self._pending: deque[tuple[int, Sequence[InboundMessage] | MessageBatch, AppendedBatch]] = deque()
+        self._pending: deque[
+            tuple[int, Sequence[InboundMessage] | MessageBatch | ScannedBatch, AppendedBatch]
+        ] = deque()
         self._topic_names: dict[bytes, str] = {}
         self._tag_codes: dict[str | None, int] = {None: 0}
         """Tag → code; ``None`` (no tag) → 0 is kept in it so a batch looks codes up in one ``map``."""
@@ -98,7 +98,9 @@ class Dispatcher:
     def lag_bytes(self) -> int:
         return self._commitlog.max_offset - self.dispatched_offset
 
-    def submit(self, messages: Sequence[InboundMessage] | MessageBatch, appended: AppendedBatch) -> None:
+    def submit(
+        self, messages: Sequence[InboundMessage] | MessageBatch | ScannedBatch, appended: AppendedBatch
+    ) -> None:
         """Hand over a batch just appended (called under the put lock); one deque entry per batch."""
         pending = self._pending
         if len(pending) > _MAX_PENDING_BATCHES:  # nobody is dispatching: stop buffering, decode later
@@ -118,7 +120,7 @@ class Dispatcher:
                 pending.popleft()
             if pending and pending[0][0] == position:
                 _, messages, appended = pending.popleft()
-                if type(messages) is MessageBatch:
+                if type(messages) is MessageBatch or type(messages) is ScannedBatch:
                     position = self._dispatch_columns(messages, appended, work)
                 else:
                     position = self._dispatch_batch(messages, appended, work)  # type: ignore[arg-type]
@@ -182,38 +184,41 @@ class Dispatcher:
         work.last_timestamp = max(work.last_timestamp, timestamp)
         return physical
 
-    def _dispatch_columns(self, batch: MessageBatch, appended: AppendedBatch, work: _Pass) -> int:
-        """A :class:`MessageBatch`'s units in one consume-queue write, tag codes by one cached ``map``."""
+    def _dispatch_columns(
+        self, batch: MessageBatch | ScannedBatch, appended: AppendedBatch, work: _Pass
+    ) -> int:
+        """A batch's units in one consume-queue write, tag codes by one cached ``map``."""
         key = (batch.topic, batch.queue_id)
-        properties = batch.properties
         physical, sizes = appended.physical_offsets(), appended.sizes
         timestamp, queue_offsets = appended.store_timestamp_ms, appended.queue_offsets
         if batch.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES:
             queue = work.queues.get(key)
             if queue is None:
                 queue = work.queues[key] = self._queue_of(*key)
-            codes = list(map(self._tag_codes.get, map(_GET_TAGS, properties)))
-            if key[0] == SCHEDULE_TOPIC or None in codes:
-                codes = [self._tags_code(key[0], p, timestamp) for p in properties]
+            if key[0] == SCHEDULE_TOPIC:  # due times, from each message's DELAY (never scanned)
+                codes = [self._tags_code(key[0], p, timestamp) for p in batch.properties]  # type: ignore[union-attr]
+            else:
+                tags = batch.tags
+                codes = list(map(self._tag_codes.get, tags))
+                if None in codes:
+                    codes = list(map(self._tag_code, tags))
             if queue.put_many(queue_offsets[0], physical, sizes, codes):
                 work.grown[key] = queue_offsets[-1] + 1
-        if not all(map(_INDEXED_KEYS.isdisjoint, properties)):
-            for p, offset, size, queue_offset in zip(properties, physical, sizes, queue_offsets, strict=True):
-                if Property.KEYS in p or Property.UNIQ_KEY in p:
-                    work.indexed.append(
-                        DispatchRequest(
-                            key[0],
-                            key[1],
-                            offset,
-                            size,
-                            0,
-                            timestamp,
-                            queue_offset,
-                            split_keys(p.get(Property.KEYS)),
-                            p.get(Property.UNIQ_KEY),
-                            batch.sys_flag,
-                        )
-                    )
+        for i, keys, unique_key in batch.indexed or ():
+            work.indexed.append(
+                DispatchRequest(
+                    key[0],
+                    key[1],
+                    physical[i],
+                    sizes[i],
+                    0,
+                    timestamp,
+                    queue_offsets[i],
+                    split_keys(keys),
+                    unique_key,
+                    batch.sys_flag,
+                )
+            )
         work.last_timestamp = max(work.last_timestamp, timestamp)
         return appended.end_offset
 
@@ -271,13 +276,14 @@ class Dispatcher:
                 return store_timestamp + self._delay_levels_ms[int(level) - 1]
             log.warning("schedule topic message with delay level %r; due at once", level)
             return store_timestamp
-        tag = properties.get(Property.TAGS)
-        if tag is None:
-            return 0
+        return self._tag_code(properties.get(Property.TAGS))
+
+    def _tag_code(self, tag: str | None) -> int:
+        """:func:`tags_code`, cached: a topic's messages mostly share a handful of tags."""
         code = self._tag_codes.get(tag)
         if code is None:
             code = self._tag_codes[tag] = tags_code(tag)
             if len(self._tag_codes) > _TAG_CACHE_SIZE:
-                self._tag_codes.clear()
+                self._tag_codes = {None: 0}
                 self._tag_codes[None] = 0
         return code

@@ -74,6 +74,10 @@ class MappedFile:
         """The mapping itself, for ``struct.unpack_from`` without a copy."""
         return self._mm
 
+    def fileno(self) -> int:
+        """The segment file's descriptor, for writers that ``pwrite`` to it (the C send path)."""
+        return self._fd
+
     def write(self, position: int, data: bytes) -> None:
         self._mm[position : position + len(data)] = data
 

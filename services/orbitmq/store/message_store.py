@@ -19,7 +19,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import add
 from pathlib import Path
@@ -28,8 +28,9 @@ from typing import Any
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import InvalidNameError, validate_topic_name
+from orbitmq.common.topics import SCHEDULE_TOPIC
 from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from orbitmq.store.commitlog import CommitLog, RecoveryReport
+from orbitmq.store.commitlog import AppendedBatch, CommitLog, RecoveryReport
 from orbitmq.store.config import BrokerRole, StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueue, Unit
 from orbitmq.store.dispatcher import Dispatcher
@@ -46,6 +47,7 @@ from orbitmq.store.record import (
     InboundMessage,
     MessageBatch,
     RecordError,
+    ScannedBatch,
     StoredMessage,
     check_properties,
     decode,
@@ -226,10 +228,9 @@ class MessageStore:
         Nothing is written unless every message of the batch is valid. The result does not wait
         for a flush: :class:`~orbitmq.store.service.StoreService` adds that for SYNC_FLUSH.
         """
-        if not self._open:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
-        if self.role is BrokerRole.SLAVE:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
+        refused = self._refuses_writes()
+        if refused is not None:
+            return refused
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, reason="a batch must hold at least one message")
         topics_raw: list[bytes] = []
@@ -272,22 +273,13 @@ class MessageStore:
             topics_raw.append(topic_raw)
             properties_raws.append(properties_raw)
             sizes.append(size)
-        if total > self._max_batch_bytes:
-            return PutResult(
-                PutStatus.MESSAGE_ILLEGAL,
-                reason=f"{len(sizes)} message(s) of {total} bytes do not fit in one commit-log segment "
-                f"({self._max_batch_bytes} bytes usable)",
-            )
-        try:
-            with self._put_lock:
-                appended = self.commitlog.append(
-                    messages, topics_raw, properties_raws, sizes, total, self.clock.now_ms()
-                )
-                self.dispatcher.submit(messages, appended)
-        except OSError as error:
-            log.error("commit log append failed: %s", error)
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
-        return PutResult(PutStatus.PUT_OK, appended)
+        refused = self._refuses_size(len(sizes), total)
+        if refused is not None:
+            return refused
+        return self._append(
+            messages,
+            lambda now: self.commitlog.append(messages, topics_raw, properties_raws, sizes, total, now),
+        )
 
     def put_batch(self, batch: MessageBatch) -> PutResult:
         """Append a :class:`MessageBatch`: the records, checks and results of :meth:`put_messages`.
@@ -297,10 +289,9 @@ class MessageStore:
         when one fails are the messages checked one by one, to refuse with the same reason
         :meth:`put_messages` gives.
         """
-        if not self._open:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
-        if self.role is BrokerRole.SLAVE:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
+        refused = self._refuses_writes()
+        if refused is not None:
+            return refused
         bodies, properties = batch.bodies, batch.properties
         count = len(bodies)
         if not count:
@@ -309,12 +300,10 @@ class MessageStore:
             return _illegal(f"a batch of {count} bodies needs as many properties and flags")
         topic_raw = self._topic_raw.get(batch.topic)
         if (
-            batch.born_host not in self._hosts
-            or topic_raw is None
+            topic_raw is None
+            or not self._shared_fields_known(batch)
             or set(map(type, bodies)) != {bytes}
             or max(map(len, bodies)) > self.config.max_message_bytes
-            or not 0 <= batch.queue_id <= MAX_QUEUE_ID
-            or batch.reconsume_times < 0
         ):
             for index in range(count):
                 refused = self._check(batch.message(index))
@@ -346,17 +335,70 @@ class MessageStore:
             )
         )
         total = sum(sizes)
-        if total > self._max_batch_bytes:
-            return PutResult(
-                PutStatus.MESSAGE_ILLEGAL,
-                reason=f"{count} message(s) of {total} bytes do not fit in one commit-log segment "
-                f"({self._max_batch_bytes} bytes usable)",
-            )
+        refused = self._refuses_size(count, total)
+        if refused is not None:
+            return refused
+        return self._append(
+            batch,
+            lambda now: self.commitlog.append_batch(batch, topic_raw, properties_raw, sizes, total, now),
+        )
+
+    def put_scanned(self, batch: ScannedBatch) -> PutResult:
+        """Append a :class:`ScannedBatch` (the C send path): the same records and results as
+        :meth:`put_batch` of ``batch.unpacked()``, which takes over whenever a check fails so
+        the refusal reads the same on both paths."""
+        refused = self._refuses_writes()
+        if refused is not None:
+            return refused
+        topic_raw = self._topic_raw.get(batch.topic)
+        if (
+            topic_raw is None
+            or batch.topic == SCHEDULE_TOPIC  # its units are due times: the dispatcher needs DELAY
+            or not self._shared_fields_known(batch)
+            or batch.body_max > self.config.max_message_bytes
+            or batch.properties_max > MAX_PROPERTIES_BYTES
+        ):
+            return self.put_batch(batch.unpacked())
+        total = batch.count * (RECORD_FIXED_BYTES + len(topic_raw)) + batch.payload_bytes
+        refused = self._refuses_size(batch.count, total)
+        if refused is not None:
+            return refused
+        return self._append(batch, lambda now: self.commitlog.append_scanned(batch, topic_raw, total, now))
+
+    def _refuses_writes(self) -> PutResult | None:
+        if not self._open:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
+        if self.role is BrokerRole.SLAVE:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
+        return None
+
+    def _shared_fields_known(self, batch: MessageBatch | ScannedBatch) -> bool:
+        """The fields a batch's messages share are ones already seen valid (the fast check)."""
+        return (
+            batch.born_host in self._hosts
+            and 0 <= batch.queue_id <= MAX_QUEUE_ID
+            and batch.reconsume_times >= 0
+        )
+
+    def _refuses_size(self, count: int, total: int) -> PutResult | None:
+        if total <= self._max_batch_bytes:
+            return None
+        return PutResult(
+            PutStatus.MESSAGE_ILLEGAL,
+            reason=f"{count} message(s) of {total} bytes do not fit in one commit-log segment "
+            f"({self._max_batch_bytes} bytes usable)",
+        )
+
+    def _append(
+        self,
+        batch: Sequence[InboundMessage] | MessageBatch | ScannedBatch,
+        append: Callable[[int], AppendedBatch],
+    ) -> PutResult:
+        """Run ``append`` (given the store time) under the put lock and hand its records to the
+        dispatcher; a failing disk is a result, not an error."""
         try:
             with self._put_lock:
-                appended = self.commitlog.append_batch(
-                    batch, topic_raw, properties_raw, sizes, total, self.clock.now_ms()
-                )
+                appended = append(self.clock.now_ms())
                 self.dispatcher.submit(batch, appended)
         except OSError as error:
             log.error("commit log append failed: %s", error)

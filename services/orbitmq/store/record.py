@@ -45,10 +45,11 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
 from functools import lru_cache
+from operator import methodcaller
 from typing import Any
 
 from crc32c import crc32c
@@ -65,6 +66,9 @@ BLANK_MIN_BYTES = 8
 
 HEADER = struct.Struct("!iIIiiqqiq16sIq16sIiqi")
 HEADER_BYTES = HEADER.size  # 112
+SHARED_FIELDS = struct.Struct("!iq16sIq16sIiq")
+"""Header bytes 36..108 (sys flag .. prepared transaction offset): the same for a whole send."""
+SHARED_POSITION = 36
 PREFIX = struct.Struct("!iI")
 """total_size and magic: all a scanner needs to step from one record to the next."""
 U16 = struct.Struct("!H")
@@ -77,6 +81,9 @@ BODY_POS = HEADER_BYTES
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32_767
 """The u16 length field could hold more; RocketMQ's Short.MAX_VALUE limit is kept."""
+
+_GET_TAGS = methodcaller("get", Property.TAGS)
+_INDEXED_KEYS = frozenset({Property.KEYS, Property.UNIQ_KEY})
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -286,6 +293,22 @@ class MessageBatch:
     def __len__(self) -> int:
         return len(self.bodies)
 
+    @property
+    def tags(self) -> list[str | None]:
+        return list(map(_GET_TAGS, self.properties))
+
+    @property
+    def indexed(self) -> list[tuple[int, str | None, str | None]] | None:
+        """(index, KEYS, UNIQ_KEY) of the messages that carry either; None when none does."""
+        properties = self.properties
+        if all(map(_INDEXED_KEYS.isdisjoint, properties)):
+            return None
+        return [
+            (i, p.get(Property.KEYS), p.get(Property.UNIQ_KEY))
+            for i, p in enumerate(properties)
+            if not _INDEXED_KEYS.isdisjoint(p)
+        ]
+
     def message(self, index: int) -> InboundMessage:
         """One message of the batch as an :class:`InboundMessage` (for checks that explain a refusal)."""
         return InboundMessage(
@@ -299,6 +322,42 @@ class MessageBatch:
             self.born_host,
             self.reconsume_times,
         )
+
+
+@dataclass(slots=True)
+class ScannedBatch:
+    """The messages of one send still in the request's bytes, checked by the C scanner.
+
+    The C path's counterpart of :class:`MessageBatch` (see :mod:`orbitmq.native`): no Python
+    object per message, only the columns the dispatcher needs (``tags``, ``indexed``) and the
+    scanner's ``layout`` for the record writer. ``unpacked`` gives the same messages as a
+    :class:`MessageBatch`; the store puts that instead whenever a check fails, so refusals
+    have one source.
+    """
+
+    topic: str
+    queue_id: int
+    request: bytes
+    layout: bytes
+    count: int
+    payload_bytes: int
+    body_max: int
+    properties_max: int
+    tags: list[str | None]
+    indexed: list[tuple[int, str | None, str | None]] | None
+    unpacked: Callable[[], MessageBatch]
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def first_unique_key(self) -> str | None:
+        indexed = self.indexed
+        return indexed[0][2] if indexed and indexed[0][0] == 0 else None
 
 
 @dataclass(frozen=True, slots=True)

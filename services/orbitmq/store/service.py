@@ -27,7 +27,7 @@ from orbitmq.store.config import FlushMode, StoreConfig
 from orbitmq.store.dispatcher import QueueGrowthListener
 from orbitmq.store.mapped_file import FsyncFn
 from orbitmq.store.message_store import MessageStore, OpenReport
-from orbitmq.store.record import InboundMessage, MessageBatch
+from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch
 from orbitmq.store.results import PutResult, PutStatus
 
 log = logging.getLogger(__name__)
@@ -138,11 +138,14 @@ class StoreService:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
         return await self._stored(self.store.put_messages(messages))
 
-    async def put_batch(self, batch: MessageBatch) -> PutResult:
-        """:meth:`put_messages` for the messages of one send (see :meth:`MessageStore.put_batch`)."""
+    async def put_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
+        """:meth:`put_messages` for the messages of one send (see :meth:`MessageStore.put_batch`
+        and, for a batch the C path scanned, :meth:`MessageStore.put_scanned`)."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
-        return await self._stored(self.store.put_batch(batch))
+        if type(batch) is ScannedBatch:
+            return await self._stored(self.store.put_scanned(batch))
+        return await self._stored(self.store.put_batch(batch))  # type: ignore[arg-type]
 
     async def _stored(self, result: PutResult) -> PutResult:
         if not result.ok:

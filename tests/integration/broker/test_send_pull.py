@@ -10,12 +10,24 @@ import grpc
 import pytest
 from brokerkit import RunningBroker, start_broker, stop_broker
 
+from orbitmq import native
 from orbitmq.common.rpc import failure_of
+from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import decode
 from orbitmq.v1 import broker_pb2, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason, PullStatus, SendStatus
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def send_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on the C send path and on the Python path."""
+    if request.param == "python":
+        monkeypatch.setattr(native, "NATIVE", None)
+    else:
+        assert native.NATIVE is not None, "orbitmq._native is not built"
+    return request.param
 
 
 def send_request(
@@ -58,6 +70,27 @@ async def test_send_single_and_batch_then_pull(broker: RunningBroker) -> None:
     assert reply.status == PullStatus.FOUND and reply.next_begin_offset == 4
     assert [decode(r).body for r in reply.records] == [b"one", b"two", b"three", b"four"]
     assert decode(reply.records[0]).tags == "A"
+
+
+async def test_usual_sends_take_the_c_path_and_detours_the_python_path(
+    broker: RunningBroker, send_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scanned: list[int] = []
+    put_scanned = MessageStore.put_scanned
+
+    def spy(store: MessageStore, batch: object) -> object:
+        scanned.append(len(batch))  # type: ignore[arg-type]
+        return put_scanned(store, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MessageStore, "put_scanned", spy)
+    await broker.stub.SendMessage(send_request("Orders", b"a", b"b", queue_id=0, TAGS="T"))
+    await broker.stub.SendMessage(send_request("Orders", b"later", queue_id=0, DELAY="1"))
+    prepared = send_request("Orders", b"half", queue_id=0)
+    prepared.sys_flag = 4
+    await broker.stub.SendMessage(prepared)
+    assert scanned == ([2] if send_path == "c" else [])
+    reply = await broker.stub.PullMessage(pull_request("Orders", 0, 0))
+    assert [decode(r).body for r in reply.records] == [b"a", b"b"]
 
 
 async def test_round_robin_over_write_queues_when_no_queue_given(broker: RunningBroker) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orbitmq.native import scan_send
 from orbitmq.store.config import StoreConfig
-from orbitmq.store.record import InboundMessage
+from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch
+from orbitmq.v1 import broker_pb2, common_pb2
 
 TINY = {
     "segment_bytes": 64 * 1024,
@@ -25,3 +27,59 @@ def message(
     topic: str = "TopicA", body: bytes = b"hello", queue_id: int = 0, **properties: str
 ) -> InboundMessage:
     return InboundMessage(topic=topic, body=body, queue_id=queue_id, properties=dict(properties))
+
+
+def message_batch(**overrides: object) -> MessageBatch:
+    """Four messages that differ in every column: body, properties (none, one, two), flag."""
+    fields: dict[str, object] = {
+        "topic": "TopicA",
+        "queue_id": 1,
+        "bodies": [b"first", b"", bytes(300), "é".encode()],
+        "properties": [{"TAGS": "TagA"}, {}, {"KEYS": "k1 k2", "UNIQ_KEY": "U1"}, {"TAGS": "TagB", "X": "é"}],
+        "flags": [0, 7, 0, -1],
+        "born_timestamp_ms": 1_700_000_000_000,
+        "born_host": "10.1.2.3:4567",
+        "reconsume_times": 2,
+    }
+    fields.update(overrides)
+    return MessageBatch(**fields)  # type: ignore[arg-type]
+
+
+def request_bytes(batch: MessageBatch) -> bytes:
+    """The SendMessageRequest a producer would send for ``batch``."""
+    return broker_pb2.SendMessageRequest(
+        producer_group="Producers",
+        topic=batch.topic,
+        queue_id=batch.queue_id,
+        messages=[
+            common_pb2.Message(body=body, properties=properties, flag=flag)
+            for body, properties, flag in zip(batch.bodies, batch.properties, batch.flags, strict=True)
+        ],
+    ).SerializeToString()
+
+
+def scanned(batch: MessageBatch, *, refused: bool = False) -> ScannedBatch:
+    """``batch`` as the C send path sees it: scanned from its request bytes.
+
+    Unless the store is expected to refuse it (``refused``), the store must not fall back to
+    the Python path for it: that would make a test of the C path pass without it.
+    """
+    data = request_bytes(batch)
+    scan = scan_send(data, batch.topic, (b"DELAY",))
+    assert scan is not None, "the C path refused a batch it should take"
+
+    def unpacked() -> MessageBatch:
+        assert refused, "the store took the Python path for a batch the C path should store"
+        return batch
+
+    return ScannedBatch(
+        batch.topic,
+        batch.queue_id,
+        data,
+        *scan,
+        unpacked=unpacked,
+        sys_flag=batch.sys_flag,
+        born_timestamp_ms=batch.born_timestamp_ms,
+        born_host=batch.born_host,
+        reconsume_times=batch.reconsume_times,
+    )

@@ -6,31 +6,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from storekit import message_batch
 
 from orbitmq.common.clock import ManualClock
 from orbitmq.store.commitlog import AppendedBatch
 from orbitmq.store.mapped_file import MappedFile
 from orbitmq.store.message_id import encode_offset_msg_id
 from orbitmq.store.message_store import MessageStore
-from orbitmq.store.record import MessageBatch, SysFlag
+from orbitmq.store.record import SysFlag
 from orbitmq.store.results import PutStatus
 
 StoreFactory = Callable[..., MessageStore]
 
 
-def _batch(**overrides: object) -> MessageBatch:
-    fields: dict[str, object] = {
-        "topic": "TopicA",
-        "queue_id": 1,
-        "bodies": [b"first", b"", bytes(300), "é".encode()],
-        "properties": [{"TAGS": "TagA"}, {}, {"KEYS": "k1 k2", "UNIQ_KEY": "U1"}, {"TAGS": "TagB", "X": "é"}],
-        "flags": [0, 7, 0, 1],
-        "born_timestamp_ms": 1_700_000_000_000,
-        "born_host": "10.1.2.3:4567",
-        "reconsume_times": 2,
-    }
-    fields.update(overrides)
-    return MessageBatch(**fields)  # type: ignore[arg-type]
+_batch = message_batch
 
 
 def _log_bytes(store: MessageStore) -> bytes:

@@ -1,0 +1,718 @@
+/*
+ * orbitmq._native: the per-message work of a send, in C.
+ *
+ * A batched send is 128 messages whose bytes go from the gRPC request to the commit log.
+ * Doing that in Python costs a protobuf wrapper, a properties dict, an encoded properties
+ * string, a CRC call and a header pack per message: about 700 us a batch, most of a broker
+ * core. Here the same work is two passes over the request bytes:
+ *
+ *   scan()   walks the SendMessageRequest wire format, checks every message and returns the
+ *            columns the broker still needs in Python (tags, index keys) plus a compact layout
+ *            of where each message's parts are in the request;
+ *   write()  builds the records of DESIGN's commit-log format from that layout and writes
+ *            them to the segment file with one pwrite, without holding the GIL.
+ *
+ * Everything unusual (a delayed or transactional message, a separator inside a property,
+ * a duplicate map key, an odd wire shape) is not handled here: scan() names the reason and the
+ * caller takes the Python path, which is the reference for every rule and every refusal.
+ * Field numbers and the record layout are fixed below; orbitmq/native.py checks them against
+ * the generated protobuf descriptors and record.py before it lets anything use this module.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+/* -- wire and record constants (checked from Python, see native.py) ------------------------ */
+
+#define REQUEST_MESSAGES 4 /* SendMessageRequest.messages */
+#define MESSAGE_TOPIC 1    /* Message.topic */
+#define MESSAGE_BODY 2     /* Message.body */
+#define MESSAGE_PROPS 3    /* Message.properties (map entries: key = 1, value = 2) */
+#define MESSAGE_FLAG 4     /* Message.flag */
+
+#define MESSAGE_MAGIC 0xDAA320A7u
+#define HEADER_BYTES 112
+#define SHARED_POS 36 /* sys_flag .. prepared transaction offset: the same for a whole send */
+#define SHARED_BYTES 72
+#define MAX_ENTRIES 64 /* more properties than this: the Python path */
+
+/* -- CRC-32C ------------------------------------------------------------------------------- */
+
+static uint32_t crc_table[8][256];
+static int crc_hardware;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    crc_hardware = __builtin_cpu_supports("sse4.2") != 0;
+#endif
+}
+
+static uint32_t crc_software(uint32_t crc, const uint8_t *p, size_t n) {
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^
+              crc_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
+    return crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+#endif
+
+/* CRC-32C (Castagnoli) of p[0..n), continuing from `value` (0 to start): the `crc32c` package's. */
+static uint32_t crc32c(uint32_t value, const uint8_t *p, size_t n) {
+    uint32_t crc = ~value;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (crc_hardware)
+        return ~crc_sse42(crc, p, n);
+#endif
+    return ~crc_software(crc, p, n);
+}
+
+/* -- protobuf wire format ------------------------------------------------------------------ */
+
+enum { VARINT = 0, I64 = 1, LEN = 2, I32 = 5 };
+
+static int read_varint(const uint8_t **at, const uint8_t *end, uint64_t *out) {
+    uint64_t value = 0;
+    const uint8_t *p = *at;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (p >= end)
+            return -1;
+        uint8_t byte = *p++;
+        value |= (uint64_t)(byte & 0x7F) << shift;
+        if (!(byte & 0x80)) {
+            *at = p;
+            *out = value;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One field: its number and wire type; for LEN fields the payload, for VARINT the value.
+ * Returns 0, or -1 for bytes that are not a field (or a wire type this scanner does not take). */
+typedef struct {
+    uint32_t number;
+    int type;
+    const uint8_t *data;
+    size_t len;
+    uint64_t value;
+} Field;
+
+static int next_field(const uint8_t **at, const uint8_t *end, Field *f) {
+    uint64_t tag;
+    if (read_varint(at, end, &tag) < 0 || tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
+        return -1;
+    f->number = (uint32_t)(tag >> 3);
+    f->type = (int)(tag & 7);
+    switch (f->type) {
+    case VARINT:
+        return read_varint(at, end, &f->value);
+    case I64:
+    case I32: {
+        size_t width = f->type == I64 ? 8 : 4;
+        if ((size_t)(end - *at) < width)
+            return -1;
+        *at += width;
+        return 0;
+    }
+    case LEN: {
+        uint64_t len;
+        if (read_varint(at, end, &len) < 0 || len > (uint64_t)(end - *at))
+            return -1;
+        f->data = *at;
+        f->len = (size_t)len;
+        *at += len;
+        return 0;
+    }
+    default: /* groups: never in orbitmq's protos */
+        return -1;
+    }
+}
+
+/* -- scan ---------------------------------------------------------------------------------- */
+
+/* Where one message's parts are in the request: what write() needs, in scan()'s result. */
+typedef struct {
+    uint32_t message_off, message_len; /* the Message's own bytes */
+    uint32_t body_off, body_len;
+    uint32_t properties_len; /* encoded: name \x01 value \x02 per entry */
+    int32_t flag;
+} Layout;
+
+typedef struct {
+    const uint8_t *key, *value;
+    size_t key_len, value_len;
+} Entry;
+
+typedef struct {
+    const char *reason; /* why the Python path must take this request; NULL when it need not */
+    Py_ssize_t count;
+    uint64_t payload; /* bodies plus encoded properties */
+    uint32_t body_max, properties_max;
+} ScanTotals;
+
+typedef struct {
+    /* names compared against property keys, passed by the caller */
+    Py_buffer tags, keys, uniq;
+    Py_buffer *detour;
+    Py_ssize_t detour_count;
+} Names;
+
+static int same(const uint8_t *p, size_t n, const Py_buffer *name) {
+    return (Py_ssize_t)n == name->len && memcmp(p, name->buf, n) == 0;
+}
+
+/* Reads a map entry; returns the reason it cannot be taken, or NULL. */
+static const char *read_entry(const Field *f, Entry *e) {
+    const uint8_t *p = f->data, *end = f->data + f->len;
+    int seen_key = 0, seen_value = 0;
+    e->key = e->value = (const uint8_t *)"";
+    e->key_len = e->value_len = 0;
+    while (p < end) {
+        Field g;
+        if (next_field(&p, end, &g) < 0)
+            return "wire";
+        /* Anything but one key and one value: protobuf's parser moves such an entry to the
+         * message's unknown fields, which only the Python path mirrors. */
+        if ((g.number != 1 && g.number != 2) || g.type != LEN || (g.number == 1 ? seen_key++ : seen_value++))
+            return "wire";
+        if (g.number == 1) {
+            e->key = g.data;
+            e->key_len = g.len;
+        } else {
+            e->value = g.data;
+            e->value_len = g.len;
+        }
+    }
+    if (e->key_len == 0)
+        return "separator"; /* an empty name: the Python path refuses it with the reason */
+    if (memchr(e->key, 1, e->key_len) || memchr(e->key, 2, e->key_len) || memchr(e->value, 1, e->value_len) ||
+        memchr(e->value, 2, e->value_len))
+        return "separator";
+    return NULL;
+}
+
+static PyObject *text(const Entry *e) {
+    return PyUnicode_DecodeUTF8((const char *)e->value, (Py_ssize_t)e->value_len, "strict");
+}
+
+/* A value that is not UTF-8 (protobuf's own parser refuses those first): the Python path. */
+static const char *not_text(void) {
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        return (const char *)-1;
+    PyErr_Clear();
+    return "utf-8";
+}
+
+/* One Message: checks it, fills its layout, appends its tag and index entry (if any).
+ * Returns the reason to leave the request to Python, NULL when taken, or (const char *)-1 with
+ * a Python exception set. */
+static const char *scan_message(const uint8_t *base, const Field *m, const Py_buffer *topic, const Names *names,
+                                Layout *out, PyObject *tags, PyObject **indexed, Py_ssize_t index,
+                                PyObject **last_tag) {
+    const uint8_t *p = m->data, *end = m->data + m->len;
+    Entry entries[MAX_ENTRIES];
+    int count = 0, seen_topic = 0, seen_body = 0, seen_flag = 0;
+    const Entry *tag = NULL, *keys = NULL, *uniq = NULL;
+    memset(out, 0, sizeof *out);
+    out->message_off = (uint32_t)(m->data - base);
+    out->message_len = (uint32_t)m->len;
+    while (p < end) {
+        Field f;
+        if (next_field(&p, end, &f) < 0)
+            return "wire";
+        switch (f.number) {
+        case MESSAGE_TOPIC:
+            if (f.type != LEN || seen_topic++)
+                return "wire";
+            if (f.len && !((Py_ssize_t)f.len == topic->len && memcmp(f.data, topic->buf, f.len) == 0))
+                return "topic";
+            break;
+        case MESSAGE_BODY:
+            if (f.type != LEN || seen_body++)
+                return "wire";
+            out->body_off = (uint32_t)(f.data - base);
+            out->body_len = (uint32_t)f.len;
+            break;
+        case MESSAGE_PROPS: {
+            if (f.type != LEN)
+                return "wire";
+            if (count == MAX_ENTRIES)
+                return "properties";
+            Entry *e = &entries[count];
+            const char *reason = read_entry(&f, e);
+            if (reason)
+                return reason;
+            for (int i = 0; i < count; i++)
+                if (entries[i].key_len == e->key_len && memcmp(entries[i].key, e->key, e->key_len) == 0)
+                    return "duplicate";
+            for (Py_ssize_t d = 0; d < names->detour_count; d++)
+                if (same(e->key, e->key_len, &names->detour[d]))
+                    return "detour";
+            if (same(e->key, e->key_len, &names->tags))
+                tag = e;
+            else if (same(e->key, e->key_len, &names->keys))
+                keys = e;
+            else if (same(e->key, e->key_len, &names->uniq))
+                uniq = e;
+            out->properties_len += (uint32_t)(e->key_len + e->value_len + 2);
+            count++;
+            break;
+        }
+        case MESSAGE_FLAG:
+            if (f.type != VARINT || seen_flag++)
+                return "wire";
+            out->flag = (int32_t)(uint32_t)f.value; /* int32 on the wire: sign-extended varint */
+            break;
+        default: /* a field this broker does not know: ignored, as protobuf ignores it */
+            break;
+        }
+    }
+    /* The tag: consecutive messages mostly share it, so they share one str as well. */
+    if (tag != NULL) {
+        PyObject *tag_text;
+        if (*last_tag != NULL && PyUnicode_GET_LENGTH(*last_tag) == (Py_ssize_t)tag->value_len &&
+               PyUnicode_IS_ASCII(*last_tag) && memcmp(PyUnicode_DATA(*last_tag), tag->value, tag->value_len) == 0) {
+            tag_text = Py_NewRef(*last_tag);
+        } else {
+            tag_text = text(tag);
+            if (tag_text == NULL)
+                return not_text();
+            Py_XSETREF(*last_tag, Py_NewRef(tag_text));
+        }
+        if (PyList_SetItem(tags, index, tag_text) < 0)
+            return (const char *)-1;
+    }
+    if (keys || uniq) {
+        if (*indexed == NULL && (*indexed = PyList_New(0)) == NULL)
+            return (const char *)-1;
+        PyObject *item = PyTuple_New(3);
+        if (item == NULL)
+            return (const char *)-1;
+        PyTuple_SET_ITEM(item, 0, PyLong_FromSsize_t(index));
+        PyTuple_SET_ITEM(item, 1, keys ? text(keys) : Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(item, 2, uniq ? text(uniq) : Py_NewRef(Py_None));
+        for (int i = 0; i < 3; i++) {
+            if (PyTuple_GET_ITEM(item, i) == NULL) {
+                Py_DECREF(item);
+                return i ? not_text() : (const char *)-1;
+            }
+        }
+        int failed = PyList_Append(*indexed, item);
+        Py_DECREF(item);
+        if (failed)
+            return (const char *)-1;
+    }
+    return NULL;
+}
+
+static int names_from(PyObject *const *args, Names *names, PyObject **detour_seq) {
+    memset(names, 0, sizeof *names);
+    if (PyObject_GetBuffer(args[0], &names->tags, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(args[1], &names->keys, PyBUF_SIMPLE) < 0)
+        goto fail_tags;
+    if (PyObject_GetBuffer(args[2], &names->uniq, PyBUF_SIMPLE) < 0)
+        goto fail_keys;
+    *detour_seq = PySequence_Fast(args[3], "detour names must be a sequence of bytes");
+    if (*detour_seq == NULL)
+        goto fail_uniq;
+    names->detour_count = PySequence_Fast_GET_SIZE(*detour_seq);
+    names->detour = PyMem_Calloc((size_t)names->detour_count + 1, sizeof(Py_buffer));
+    if (names->detour == NULL) {
+        PyErr_NoMemory();
+        goto fail_seq;
+    }
+    for (Py_ssize_t i = 0; i < names->detour_count; i++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(*detour_seq, i), &names->detour[i], PyBUF_SIMPLE) < 0) {
+            while (i--)
+                PyBuffer_Release(&names->detour[i]);
+            PyMem_Free(names->detour);
+            goto fail_seq;
+        }
+    }
+    return 0;
+fail_seq:
+    Py_CLEAR(*detour_seq);
+fail_uniq:
+    PyBuffer_Release(&names->uniq);
+fail_keys:
+    PyBuffer_Release(&names->keys);
+fail_tags:
+    PyBuffer_Release(&names->tags);
+    return -1;
+}
+
+static void names_release(Names *names, PyObject *detour_seq) {
+    for (Py_ssize_t i = 0; i < names->detour_count; i++)
+        PyBuffer_Release(&names->detour[i]);
+    PyMem_Free(names->detour);
+    Py_XDECREF(detour_seq);
+    PyBuffer_Release(&names->uniq);
+    PyBuffer_Release(&names->keys);
+    PyBuffer_Release(&names->tags);
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(request, topic, tags_name, keys_name, uniq_name, detour_names)\n--\n\n"
+             "Scan a SendMessageRequest's bytes. Returns a str naming why the Python path must take\n"
+             "the request, or (layout, count, payload_bytes, body_max, properties_max, tags, indexed):\n"
+             "layout for write(); tags: each message's TAGS value or None; indexed: None or a list of\n"
+             "(index, KEYS value or None, UNIQ_KEY value or None) for the messages that carry either.");
+
+static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "scan() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer raw, topic;
+    Names names;
+    PyObject *detour_seq = NULL, *layout = NULL, *tags = NULL, *indexed = NULL, *last_tag = NULL, *result = NULL;
+    if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &topic, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    if (names_from(args + 2, &names, &detour_seq) < 0) {
+        PyBuffer_Release(&topic);
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    const uint8_t *base = raw.buf, *end = base + raw.len, *p = base;
+    ScanTotals totals = {NULL, 0, 0, 0, 0};
+    if (raw.len > 0x7FFFFFFF) {
+        totals.reason = "size";
+        goto done;
+    }
+    /* First pass: count the messages, so the columns are allocated once. */
+    while (p < end) {
+        Field f;
+        if (next_field(&p, end, &f) < 0) {
+            totals.reason = "wire";
+            goto done;
+        }
+        if (f.number == REQUEST_MESSAGES) {
+            if (f.type != LEN) {
+                totals.reason = "wire";
+                goto done;
+            }
+            totals.count++;
+        }
+    }
+    if (totals.count == 0) {
+        totals.reason = "empty";
+        goto done;
+    }
+    layout = PyBytes_FromStringAndSize(NULL, totals.count * (Py_ssize_t)sizeof(Layout));
+    tags = PyList_New(totals.count);
+    if (layout == NULL || tags == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < totals.count; i++)
+        PyList_SET_ITEM(tags, i, Py_NewRef(Py_None));
+    Layout *entry = (Layout *)PyBytes_AS_STRING(layout);
+    Py_ssize_t index = 0;
+    for (p = base; p < end;) {
+        Field f;
+        next_field(&p, end, &f); /* cannot fail: the first pass read the same bytes */
+        if (f.number != REQUEST_MESSAGES)
+            continue;
+        const char *reason = scan_message(base, &f, &topic, &names, &entry[index], tags, &indexed, index, &last_tag);
+        if (reason == (const char *)-1)
+            goto error;
+        if (reason) {
+            totals.reason = reason;
+            goto done;
+        }
+        Layout *l = &entry[index];
+        totals.payload += (uint64_t)l->body_len + l->properties_len;
+        if (l->body_len > totals.body_max)
+            totals.body_max = l->body_len;
+        if (l->properties_len > totals.properties_max)
+            totals.properties_max = l->properties_len;
+        index++;
+    }
+done:
+    if (totals.reason)
+        result = PyUnicode_FromString(totals.reason);
+    else
+        result = Py_BuildValue("(OnKIIOO)", layout, totals.count, (unsigned long long)totals.payload, totals.body_max,
+                               totals.properties_max, tags, indexed ? indexed : Py_None);
+error:
+    Py_XDECREF(layout);
+    Py_XDECREF(tags);
+    Py_XDECREF(indexed);
+    Py_XDECREF(last_tag);
+    names_release(&names, detour_seq);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&raw);
+    return result;
+}
+
+/* -- write --------------------------------------------------------------------------------- */
+
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static inline void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* Encodes one message's properties at `out` (name \x01 value \x02 ...), in wire order. */
+static uint8_t *put_properties(const uint8_t *base, const Layout *l, uint8_t *out) {
+    const uint8_t *p = base + l->message_off, *end = p + l->message_len;
+    while (p < end) {
+        Field f;
+        next_field(&p, end, &f); /* scan() read these bytes already */
+        if (f.number != MESSAGE_PROPS)
+            continue;
+        Entry e;
+        read_entry(&f, &e);
+        memcpy(out, e.key, e.key_len);
+        out += e.key_len;
+        *out++ = 1;
+        memcpy(out, e.value, e.value_len);
+        out += e.value_len;
+        *out++ = 2;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(write_doc,
+             "write(request, layout, fd, file_position, topic_part, shared, queue_id, queue_offset,\n"
+             "      queue_offset_step, physical_offset)\n--\n\n"
+             "Write the records of a scanned request to ``fd`` at ``file_position`` (one pwrite, the\n"
+             "GIL released). topic_part: u16 length + topic; shared: header bytes 36..108. Record i\n"
+             "gets queue offset queue_offset + i * queue_offset_step and the physical offset after\n"
+             "record i - 1. Returns the records' sizes.");
+
+static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "write() takes 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[2]);
+    long long file_position = PyLong_AsLongLong(args[3]);
+    long queue_id = PyLong_AsLong(args[6]);
+    long long queue_offset = PyLong_AsLongLong(args[7]);
+    long long step = PyLong_AsLongLong(args[8]);
+    long long physical = PyLong_AsLongLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT32_MAX || queue_id < INT32_MIN || queue_id > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "write(): fd and queue id must fit in 32 bits");
+        return NULL;
+    }
+    if (file_position < 0 || physical < 0 || queue_offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "file position, queue offset and physical offset must not be negative");
+        return NULL;
+    }
+    Py_buffer raw, layout, topic_part, shared;
+    PyObject *sizes = NULL;
+    uint8_t *out = NULL;
+    if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &layout, PyBUF_SIMPLE) < 0)
+        goto release_raw;
+    if (PyObject_GetBuffer(args[4], &topic_part, PyBUF_SIMPLE) < 0)
+        goto release_layout;
+    if (PyObject_GetBuffer(args[5], &shared, PyBUF_SIMPLE) < 0)
+        goto release_topic;
+    if (shared.len != SHARED_BYTES || topic_part.len < 2 || layout.len % (Py_ssize_t)sizeof(Layout)) {
+        PyErr_SetString(PyExc_ValueError, "write(): shared fields, topic part or layout have the wrong size");
+        goto release_all;
+    }
+    Py_ssize_t count = layout.len / (Py_ssize_t)sizeof(Layout);
+    const Layout *entries = layout.buf;
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Layout *l = &entries[i];
+        if ((uint64_t)l->message_off + l->message_len > (uint64_t)raw.len ||
+            (uint64_t)l->body_off + l->body_len > (uint64_t)raw.len) {
+            PyErr_SetString(PyExc_ValueError, "write(): the layout does not belong to this request");
+            goto release_all;
+        }
+        total += HEADER_BYTES + l->body_len + (size_t)topic_part.len + 2 + l->properties_len;
+    }
+    sizes = PyList_New(count);
+    out = PyMem_RawMalloc(total ? total : 1);
+    if (sizes == NULL || out == NULL) {
+        if (out == NULL)
+            PyErr_NoMemory();
+        Py_CLEAR(sizes);
+        goto release_all;
+    }
+    const uint8_t *base = raw.buf;
+    uint8_t *at = out;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Layout *l = &entries[i];
+        uint8_t *record = at;
+        const uint8_t *body = base + l->body_off;
+        uint32_t size = HEADER_BYTES + l->body_len + (uint32_t)topic_part.len + 2 + l->properties_len;
+        put32(at, size);
+        put32(at + 4, MESSAGE_MAGIC);
+        put32(at + 8, crc32c(0, body, l->body_len));
+        put32(at + 12, (uint32_t)queue_id);
+        put32(at + 16, (uint32_t)l->flag);
+        put64(at + 20, (uint64_t)(queue_offset + i * step));
+        put64(at + 28, (uint64_t)physical);
+        memcpy(at + SHARED_POS, shared.buf, SHARED_BYTES);
+        put32(at + 108, l->body_len);
+        at += HEADER_BYTES;
+        memcpy(at, body, l->body_len);
+        at += l->body_len;
+        memcpy(at, topic_part.buf, (size_t)topic_part.len);
+        at += topic_part.len;
+        at[0] = (uint8_t)(l->properties_len >> 8);
+        at[1] = (uint8_t)l->properties_len;
+        at = put_properties(base, l, at + 2);
+        if ((size_t)(at - record) != size) { /* scan() and write() disagree: never write that */
+            PyErr_SetString(PyExc_RuntimeError, "write(): encoded record size differs from the scanned size");
+            Py_CLEAR(sizes);
+            goto release_all;
+        }
+        PyList_SET_ITEM(sizes, i, PyLong_FromUnsignedLong(size));
+        physical += size;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyList_GET_ITEM(sizes, i) == NULL) {
+            Py_CLEAR(sizes);
+            goto release_all;
+        }
+    }
+    size_t done = 0;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    while (done < total) {
+        ssize_t n = pwrite((int)fd, out + done, total - done, (off_t)(file_position + (long long)done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            error = errno;
+            break;
+        }
+        if (n == 0) {
+            error = EIO;
+            break;
+        }
+        done += (size_t)n;
+    }
+    Py_END_ALLOW_THREADS;
+    if (error) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_CLEAR(sizes);
+    }
+release_all:
+    PyMem_RawFree(out);
+    PyBuffer_Release(&shared);
+release_topic:
+    PyBuffer_Release(&topic_part);
+release_layout:
+    PyBuffer_Release(&layout);
+release_raw:
+    PyBuffer_Release(&raw);
+    return sizes;
+}
+
+/* -- crc32c, for tests and for anyone who wants the same checksum --------------------------- */
+
+PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0)\n--\n\nCRC-32C of ``data``, continuing from ``value``.");
+
+static PyObject *crc32c_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32c() takes data and an optional start value");
+        return NULL;
+    }
+    unsigned long value = 0;
+    if (nargs == 2) {
+        value = PyLong_AsUnsignedLong(args[1]);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc = crc32c((uint32_t)value, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
+    {"write", (PyCFunction)(void (*)(void))write_records, METH_FASTCALL, write_doc},
+    {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, crc32c_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int exec_module(PyObject *module) {
+    crc_init();
+    if (PyModule_AddIntConstant(module, "REQUEST_MESSAGES", REQUEST_MESSAGES) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_TOPIC", MESSAGE_TOPIC) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_BODY", MESSAGE_BODY) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_PROPERTIES", MESSAGE_PROPS) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_FLAG", MESSAGE_FLAG) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_MAGIC", (long)MESSAGE_MAGIC) < 0 ||
+        PyModule_AddIntConstant(module, "HEADER_BYTES", HEADER_BYTES) < 0 ||
+        PyModule_AddIntConstant(module, "SHARED_POSITION", SHARED_POS) < 0 ||
+        PyModule_AddIntConstant(module, "SHARED_BYTES", SHARED_BYTES) < 0 ||
+        PyModule_AddIntConstant(module, "CRC_HARDWARE", crc_hardware) < 0)
+        return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "orbitmq._native",
+    .m_doc = "The per-message work of a send in C: request scan and commit-log record writing.",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModuleDef_Init(&module_def); }

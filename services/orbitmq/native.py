@@ -1,0 +1,105 @@
+"""The C send path (``orbitmq/_native.c``), when it was built and agrees with this source tree.
+
+A batched send costs a Python broker a protobuf wrapper, a properties dict, an encoded
+properties string, a CRC call and a header pack per message. The C module does that work
+straight from the request bytes: :func:`scan_send` checks the messages and returns what the
+broker still needs in Python, and ``write`` (called by the commit log) builds the records.
+
+The Python path stays the reference for every rule: anything the scanner does not take
+(delays, transactions, separators inside properties, duplicate map keys, odd wire shapes) and
+every refusal goes there, and so does everything when the extension is missing.
+
+:data:`NATIVE` is the module, or None when
+
+* the extension was not built (the install does not fail without a C compiler),
+* ``ORBITMQ_NATIVE=off`` asks for the Python path (tests run both paths this way), or
+* its field numbers or record layout differ from the generated protobuf code and
+  :mod:`orbitmq.store.record`: a stale build must never write records in another format.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+from typing import NamedTuple
+
+from orbitmq.common.topics import Property
+from orbitmq.store import record
+
+log = logging.getLogger(__name__)
+
+ENV = "ORBITMQ_NATIVE"
+
+
+class Scanned(NamedTuple):
+    """What :func:`scan_send` returns for a request the C path takes."""
+
+    layout: bytes
+    """Where each message's parts are in the request: ``write``'s input, opaque to Python."""
+    count: int
+    payload_bytes: int
+    """Bodies plus encoded properties, over all messages."""
+    body_max: int
+    properties_max: int
+    """Longest body, longest encoded properties: checked against the store's limits."""
+    tags: list[str | None]
+    indexed: list[tuple[int, str | None, str | None]] | None
+    """(message index, KEYS, UNIQ_KEY) of the messages that carry either; None when none does."""
+
+
+def _agrees(module: ModuleType) -> str | None:
+    """Why ``module`` must not be used, or None."""
+    from orbitmq.v1 import broker_pb2, common_pb2
+
+    message = common_pb2.Message.DESCRIPTOR.fields_by_name
+    expected = {
+        "REQUEST_MESSAGES": broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["messages"].number,
+        "MESSAGE_TOPIC": message["topic"].number,
+        "MESSAGE_BODY": message["body"].number,
+        "MESSAGE_PROPERTIES": message["properties"].number,
+        "MESSAGE_FLAG": message["flag"].number,
+        "MESSAGE_MAGIC": record.MESSAGE_MAGIC,
+        "HEADER_BYTES": record.HEADER_BYTES,
+        "SHARED_POSITION": record.SHARED_POSITION,
+        "SHARED_BYTES": record.SHARED_FIELDS.size,
+    }
+    for name, value in expected.items():
+        if getattr(module, name, None) != value:
+            return f"{name} is {getattr(module, name, None)!r} in the extension, {value!r} here"
+    return None
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(ENV, "on").lower() in ("off", "0", "false", "no"):
+        return None
+    try:
+        from orbitmq import _native
+    except ImportError:
+        log.info("orbitmq._native is not built: sends take the Python path")
+        return None
+    problem = _agrees(_native)
+    if problem is not None:
+        log.warning("orbitmq._native is stale (%s): sends take the Python path; reinstall it", problem)
+        return None
+    return _native
+
+
+NATIVE = _load()
+
+_TAGS, _KEYS, _UNIQ = (name.encode() for name in (Property.TAGS, Property.KEYS, Property.UNIQ_KEY))
+
+
+def scan_send(request: bytes, topic: str, detour: tuple[bytes, ...]) -> Scanned | None:
+    """The messages of a ``SendMessageRequest`` (its wire bytes) for the C path, or None.
+
+    None when the C path is not available or not for this request: a message carries one of
+    the ``detour`` property names, or anything else the Python path handles (the reason is
+    not needed: that path decides, and refuses with its own words).
+    """
+    if NATIVE is None:
+        return None
+    scanned = NATIVE.scan(request, topic.encode(), _TAGS, _KEYS, _UNIQ, detour)
+    if type(scanned) is str:
+        return None
+    return Scanned._make(scanned)
