@@ -92,9 +92,9 @@ class TopicManager:
 
     def for_send(self, topic: str, queue_nums: int = 0) -> TopicConfig:
         """The topic a producer sends to, created on first use when auto-creation is on."""
-        validate_topic_name(topic)
         config = self.tables.topics.get(topic)
-        if config is None:
+        if config is None:  # a known topic's name was checked when it was created
+            validate_topic_name(topic)
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return self.ensure(topic, 1)
             if not self._auto_create_topic:

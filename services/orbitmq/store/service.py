@@ -82,6 +82,7 @@ class StoreService:
         self.store = MessageStore(config, clock=clock, fsync=fsync)
         self._tasks = TaskSet(f"store:{config.data_dir.name}")
         self._dispatch_wakeup = asyncio.Event()
+        self._dispatching = False
         self._group_commit: GroupCommitThread | None = None
         self._flush_waiters: list[tuple[int, float, asyncio.Future[bool]]] = []
         """(end offset, deadline on the loop clock, future answered True when flushed)."""
@@ -150,7 +151,7 @@ class StoreService:
     async def _stored(self, result: PutResult) -> PutResult:
         if not result.ok:
             return result
-        self._dispatch_wakeup.set()
+        self._dispatch_appended()
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             return await self._wait_flushed(result)
         return result
@@ -171,6 +172,28 @@ class StoreService:
             PutStatus.FLUSH_DISK_TIMEOUT, f"fsync did not finish in {self.config.sync_flush_timeout_ms} ms"
         )
 
+    def _dispatch_appended(self) -> None:
+        """Dispatch a put's records at once when the dispatcher is idle and was caught up.
+
+        That is the usual send: its units and index entries are ready (and held pulls woken)
+        before it is acknowledged, without the dispatch loop's wake-up, task step and second
+        look. A backlog (or a failure) is left to the dispatch loop, which yields between chunks.
+        """
+        store = self.store
+        # _dispatching: a queue-growth listener that puts must not dispatch inside a dispatch.
+        if self._dispatching or store.dispatcher.lag_bytes > self.config.dispatch_chunk_bytes:
+            self._dispatch_wakeup.set()
+            return
+        self._dispatching = True
+        try:
+            store.dispatch_pending()
+        except Exception:
+            self._dispatch_wakeup.set()  # the loop retries and reports it
+        finally:
+            self._dispatching = False
+        if store.dispatcher.lag_bytes > 0:
+            self._dispatch_wakeup.set()
+
     def wake_dispatcher(self) -> None:
         """Tell the dispatcher new bytes are in the log (replication appends raw data)."""
         self._dispatch_wakeup.set()
@@ -182,11 +205,13 @@ class StoreService:
 
     async def _dispatch_loop(self) -> None:
         store = self.store
+        dispatcher = store.dispatcher
         while True:
             await self._dispatch_wakeup.wait()
             self._dispatch_wakeup.clear()
-            # Yield to the loop between chunks so a big backlog cannot starve requests.
-            while store.dispatch_pending() > 0:  # noqa: ASYNC110
+            # Yield to the loop between chunks so a big backlog cannot starve requests; a pass
+            # that caught up needs no second look (the usual case: one send, one pass).
+            while store.dispatch_pending() > 0 and dispatcher.lag_bytes > 0:  # noqa: ASYNC110
                 await asyncio.sleep(0)
 
     def _on_flushed(self, flushed: int) -> None:
