@@ -180,7 +180,7 @@ async def _measure(broker: str, echo: str, emit: Callable[[Figure], None], messa
         emit(await _latency_figure(stub, body))
 
 
-ROUNDS = 3
+ROUNDS = 5
 
 
 async def _interleaved(

@@ -1,15 +1,16 @@
 """Errors on the wire: one place maps orbitmq failures to gRPC statuses and back.
 
 A servicer raises :class:`RpcFailure` (or any :class:`~orbitmq.common.errors.OrbitError` that
-carries a reason); :class:`ErrorInterceptor` turns it into a gRPC status whose details hold a
-``google.rpc.ErrorInfo`` with the machine-readable reason, so clients decide by reason, not by
-parsing text. :func:`failure_of` reads it back on the client side.
+carries a reason); every handler is registered wrapped (:class:`ErrorMappingRegistrar`) so the
+failure becomes a gRPC status whose details hold a ``google.rpc.ErrorInfo`` with the
+machine-readable reason, so clients decide by reason, not by parsing text.
+:func:`failure_of` reads it back on the client side.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -141,63 +142,68 @@ async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield request
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns :class:`RpcFailure` (and unparseable requests) into statuses with ErrorInfo."""
+class ErrorMappingRegistrar:
+    """Stands in for a ``grpc.aio.Server`` while generated code registers a service, and
+    registers each of its handlers wrapped: :class:`RpcFailure` (and unparseable requests)
+    become statuses with ErrorInfo.
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None:
-            return cached
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        wrapped = self._wrap(handler, method)
-        self._wrapped[method] = wrapped
-        return wrapped
+    Wrapping once here, rather than in a server interceptor, keeps the per-call cost at one
+    extra coroutine frame: grpc.aio runs interceptors on every call, which took about 10 % of
+    a bare echo server's calls a second (``benchmarks/README.md``).
+    """
 
-    def __init__(self) -> None:
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
-        """Wrapped handlers by method: built once, not on every call."""
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+        self.services: list[str] = []
 
-    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        behaviour = handler.unary_unary or handler.stream_stream
-        raw = getattr(behaviour, "takes_request_bytes", False)
-        parse = _safe_deserializer(None if raw else handler.request_deserializer, method)
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        """Ignored: generated code registers the same handlers through the call below (the
+        caller checks that it came: see :attr:`services`)."""
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    _check_parsed(request)
-                    return await inner(request, context)
-                except Exception as error:
-                    failure = _as_failure(error)
-                    if failure is None:
-                        raise
-                    await _abort(context, failure)
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.services.append(service)
+        wrapped = {name: with_error_mapping(h, f"/{service}/{name}") for name, h in handlers.items()}
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
+        self._server.add_registered_method_handlers(service, wrapped)
 
-            return grpc.unary_unary_rpc_method_handler(unary_unary, parse, handler.response_serializer)
-        if handler.stream_stream is not None:
-            stream_inner = handler.stream_stream
 
-            async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                try:
-                    async for response in stream_inner(_checked_stream(requests), context):
-                        yield response
-                except Exception as error:
-                    failure = _as_failure(error)
-                    if failure is None:
-                        log.exception("stream %s failed", method)
-                        raise
-                    await _abort(context, failure)
+def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """``handler`` answering failures with reasons (see :class:`ErrorMappingRegistrar`)."""
+    behaviour = handler.unary_unary or handler.stream_stream
+    raw = getattr(behaviour, "takes_request_bytes", False)
+    parse = _safe_deserializer(None if raw else handler.request_deserializer, method)
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
 
-            return grpc.stream_stream_rpc_method_handler(stream_stream, parse, handler.response_serializer)
-        return handler
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                _check_parsed(request)
+                return await inner(request, context)
+            except Exception as error:
+                failure = _as_failure(error)
+                if failure is None:
+                    raise
+                await _abort(context, failure)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, parse, handler.response_serializer)
+    if handler.stream_stream is not None:
+        stream_inner = handler.stream_stream
+
+        async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for response in stream_inner(_checked_stream(requests), context):
+                    yield response
+            except Exception as error:
+                failure = _as_failure(error)
+                if failure is None:
+                    log.exception("stream %s failed", method)
+                    raise
+                await _abort(context, failure)
+
+        return grpc.stream_stream_rpc_method_handler(stream_stream, parse, handler.response_serializer)
+    return handler
 
 
 def failure_of(error: grpc.aio.AioRpcError | grpc.RpcError) -> RpcFailure | None:

@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
-from orbitmq.common.rpc import ErrorInterceptor
+from orbitmq.common.rpc import ErrorMappingRegistrar
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class GrpcServer:
         split_host_port(listen)
         self._metrics_listen = metrics_listen
         self.registry = registry or CollectorRegistry()
-        self.server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=GRPC_OPTIONS)
+        self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
         self._services: list[str] = []
@@ -62,8 +62,15 @@ class GrpcServer:
         self.metrics_port = 0
 
     def add_service(self, full_name: str, register: Callable[[grpc.aio.Server], None]) -> None:
-        """``register`` is the generated ``add_XServicer_to_server`` bound to a servicer."""
-        register(self.server)
+        """``register`` is the generated ``add_XServicer_to_server`` bound to a servicer; its
+        handlers are registered with orbitmq's error mapping (:class:`ErrorMappingRegistrar`)."""
+        registrar = ErrorMappingRegistrar(self.server)
+        register(registrar)  # type: ignore[arg-type]
+        if registrar.services != [full_name]:
+            raise TypeError(
+                f"registering {full_name} added registered method handlers for {registrar.services}: "
+                "regenerate the gRPC code (scripts/gen-protos) with grpcio-tools >= 1.62"
+            )
         self._services.append(full_name)
 
     @property

@@ -82,7 +82,7 @@ class StoreService:
         self.store = MessageStore(config, clock=clock, fsync=fsync)
         self._tasks = TaskSet(f"store:{config.data_dir.name}")
         self._dispatch_wakeup = asyncio.Event()
-        self._dispatching = False
+        self._dispatch_scheduled = False
         self._group_commit: GroupCommitThread | None = None
         self._flush_waiters: list[tuple[int, float, asyncio.Future[bool]]] = []
         """(end offset, deadline on the loop clock, future answered True when flushed)."""
@@ -173,26 +173,28 @@ class StoreService:
         )
 
     def _dispatch_appended(self) -> None:
-        """Dispatch a put's records at once when the dispatcher is idle and was caught up.
+        """Have a put's records dispatched before the loop takes up anything else.
 
-        That is the usual send: its units and index entries are ready (and held pulls woken)
-        before it is acknowledged, without the dispatch loop's wake-up, task step and second
-        look. A backlog (or a failure) is left to the dispatch loop, which yields between chunks.
+        One pass right after the current callback covers every put of this loop iteration: with
+        many sends in flight, one consume-queue write, index header and growth notice for all
+        of them instead of a dispatch-loop wake-up and task step per send. A backlog is left to
+        the dispatch loop, which yields between chunks.
         """
+        if not self._dispatch_scheduled:
+            self._dispatch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch_now)
+
+    def _dispatch_now(self) -> None:
+        self._dispatch_scheduled = False
         store = self.store
-        # _dispatching: a queue-growth listener that puts must not dispatch inside a dispatch.
-        if self._dispatching or store.dispatcher.lag_bytes > self.config.dispatch_chunk_bytes:
+        if store.dispatcher.lag_bytes > self.config.dispatch_chunk_bytes:
             self._dispatch_wakeup.set()
             return
-        self._dispatching = True
         try:
             store.dispatch_pending()
-        except Exception:
-            self._dispatch_wakeup.set()  # the loop retries and reports it
         finally:
-            self._dispatching = False
-        if store.dispatcher.lag_bytes > 0:
-            self._dispatch_wakeup.set()
+            if store.dispatcher.lag_bytes > 0:  # the rest, or a failure, for the loop to report
+                self._dispatch_wakeup.set()
 
     def wake_dispatcher(self) -> None:
         """Tell the dispatcher new bytes are in the log (replication appends raw data)."""
