@@ -22,6 +22,7 @@ from orbitmq.common.names import validate_group_name
 from orbitmq.common.rpc import RpcFailure, parse_request, takes_request_bytes
 from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
 from orbitmq.native import scan_send
+from orbitmq.store.commitlog import AppendedBatch
 from orbitmq.store.config_store import SubscriptionGroupConfig
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch, SysFlag, transaction_type
@@ -125,15 +126,15 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         if result.status not in _SEND_STATUS:
             raise put_failure(result)
         b.metrics.observe_send(topic, count, time.perf_counter() - started)
-        first = result.first
+        appended: AppendedBatch = result.messages  # type: ignore[assignment]
         return broker_pb2.SendMessageResponse(
             status=_SEND_STATUS[result.status],
-            msg_ids=result.messages.msg_ids(),  # type: ignore[attr-defined]
+            msg_ids=appended.msg_ids(),
             queue_id=queue_id,
-            queue_offset=first.queue_offset,
+            queue_offset=appended.queue_offsets[0],
             broker_name=b.settings.broker_name,
             transaction_id=transaction_id or "",
-            commit_log_offset=first.physical_offset,
+            commit_log_offset=appended.first_physical_offset,
         )
 
     @staticmethod

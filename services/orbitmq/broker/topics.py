@@ -37,6 +37,8 @@ SYSTEM_TOPICS = {
 }
 """System topics and their queue counts, created at start-up."""
 
+_WRITE, _READ = int(Permission.WRITE), int(Permission.READ)
+
 
 def retry_topic(group: str) -> str:
     return f"{RETRY_GROUP_TOPIC_PREFIX}{group}"
@@ -105,7 +107,7 @@ class TopicManager:
                 )
             nums = queue_nums if 0 < queue_nums <= 1024 else self._default_queue_nums
             config = self.ensure(topic, nums)
-        if not config.perm & Permission.WRITE:
+        if not int(config.perm) & _WRITE:  # int: IntFlag's & is Python code, on every send
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"topic {topic!r} is not writable (perm {int(config.perm)})"
             )
@@ -113,7 +115,7 @@ class TopicManager:
 
     def for_read(self, topic: str, queue_id: int) -> TopicConfig:
         config = self.require(topic, for_read=True)
-        if not config.perm & Permission.READ:
+        if not int(config.perm) & _READ:
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"topic {topic!r} is not readable (perm {int(config.perm)})"
             )
