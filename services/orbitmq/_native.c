@@ -28,7 +28,15 @@
 
 /* -- wire and record constants (checked from Python, see native.py) ------------------------ */
 
-#define REQUEST_MESSAGES 4 /* SendMessageRequest.messages */
+#define REQUEST_PRODUCER_GROUP 1 /* SendMessageRequest fields */
+#define REQUEST_TOPIC 2
+#define REQUEST_QUEUE_ID 3
+#define REQUEST_MESSAGES 4
+#define REQUEST_BORN_TIMESTAMP 5
+#define REQUEST_BORN_HOST 6
+#define REQUEST_SYS_FLAG 7
+#define REQUEST_RECONSUME_TIMES 8
+#define REQUEST_DEFAULT_QUEUE_NUMS 9
 #define MESSAGE_TOPIC 1    /* Message.topic */
 #define MESSAGE_BODY 2     /* Message.body */
 #define MESSAGE_PROPS 3    /* Message.properties (map entries: key = 1, value = 2) */
@@ -164,6 +172,52 @@ static int next_field(const uint8_t **at, const uint8_t *end, Field *f) {
     }
 }
 
+/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF): what protobuf's
+ * parser requires of string fields, checked here because the C path never runs that parser. */
+static int valid_utf8(const uint8_t *p, size_t n) {
+    const uint8_t *end = p + n;
+    while (p < end) {
+        if (end - p >= 8) {
+            uint64_t block;
+            memcpy(&block, p, 8);
+            if (!(block & 0x8080808080808080ull)) {
+                p += 8;
+                continue;
+            }
+        }
+        uint8_t c = *p;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        size_t more;
+        uint8_t low = 0x80, high = 0xBF; /* range of the first continuation byte */
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c == 0xE0)
+            more = 2, low = 0xA0;
+        else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
+            more = 2;
+        else if (c == 0xED)
+            more = 2, high = 0x9F;
+        else if (c == 0xF0)
+            more = 3, low = 0x90;
+        else if (c >= 0xF1 && c <= 0xF3)
+            more = 3;
+        else if (c == 0xF4)
+            more = 3, high = 0x8F;
+        else
+            return 0;
+        if ((size_t)(end - p) <= more || p[1] < low || p[1] > high)
+            return 0;
+        for (size_t i = 2; i <= more; i++)
+            if ((p[i] & 0xC0) != 0x80)
+                return 0;
+        p += more + 1;
+    }
+    return 1;
+}
+
 /* -- scan ---------------------------------------------------------------------------------- */
 
 /* Where one message's parts are in the request: what write() needs, in scan()'s result. */
@@ -224,6 +278,8 @@ static const char *read_entry(const Field *f, Entry *e) {
     if (memchr(e->key, 1, e->key_len) || memchr(e->key, 2, e->key_len) || memchr(e->value, 1, e->value_len) ||
         memchr(e->value, 2, e->value_len))
         return "separator";
+    if (!valid_utf8(e->key, e->key_len) || !valid_utf8(e->value, e->value_len))
+        return "utf-8";
     return NULL;
 }
 
@@ -242,7 +298,7 @@ static const char *not_text(void) {
 /* One Message: checks it, fills its layout, appends its tag and index entry (if any).
  * Returns the reason to leave the request to Python, NULL when taken, or (const char *)-1 with
  * a Python exception set. */
-static const char *scan_message(const uint8_t *base, const Field *m, const Py_buffer *topic, const Names *names,
+static const char *scan_message(const uint8_t *base, const Field *m, const Field *topic, const Names *names,
                                 Layout *out, PyObject *tags, PyObject **indexed, Py_ssize_t index,
                                 PyObject **last_tag) {
     const uint8_t *p = m->data, *end = m->data + m->len;
@@ -260,7 +316,7 @@ static const char *scan_message(const uint8_t *base, const Field *m, const Py_bu
         case MESSAGE_TOPIC:
             if (f.type != LEN || seen_topic++)
                 return "wire";
-            if (f.len && !((Py_ssize_t)f.len == topic->len && memcmp(f.data, topic->buf, f.len) == 0))
+            if (f.len && !(f.len == topic->len && memcmp(f.data, topic->data, f.len) == 0))
                 return "topic";
             break;
         case MESSAGE_BODY:
@@ -389,56 +445,107 @@ static void names_release(Names *names, PyObject *detour_seq) {
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(request, topic, tags_name, keys_name, uniq_name, detour_names)\n--\n\n"
+             "scan(request, tags_name, keys_name, uniq_name, detour_names)\n--\n\n"
              "Scan a SendMessageRequest's bytes. Returns a str naming why the Python path must take\n"
-             "the request, or (layout, count, payload_bytes, body_max, properties_max, tags, indexed):\n"
-             "layout for write(); tags: each message's TAGS value or None; indexed: None or a list of\n"
-             "(index, KEYS value or None, UNIQ_KEY value or None) for the messages that carry either.");
+             "the request, or (header, layout, count, payload_bytes, body_max, properties_max, tags,\n"
+             "indexed). header: (producer_group, topic, queue_id, born_timestamp_ms, born_host,\n"
+             "sys_flag, reconsume_times, default_topic_queue_nums); layout: for write(); tags: each\n"
+             "message's TAGS value or None; indexed: None or a list of (index, KEYS value or None,\n"
+             "UNIQ_KEY value or None) for the messages that carry either.");
+
+/* The request's own fields, read as protobuf reads them: the last occurrence wins. */
+typedef struct {
+    Field producer_group, topic, born_host;
+    int64_t born_timestamp;
+    int32_t queue_id, sys_flag, reconsume_times, default_queue_nums;
+} Header;
+
+/* First pass: the header fields and the number of messages; the reason to refuse, or NULL. */
+static const char *read_header(const uint8_t *p, const uint8_t *end, Header *h, Py_ssize_t *count) {
+    static const uint8_t empty[1] = {0};
+    memset(h, 0, sizeof *h);
+    h->producer_group.data = h->topic.data = h->born_host.data = empty;
+    while (p < end) {
+        Field f;
+        if (next_field(&p, end, &f) < 0)
+            return "wire";
+        int want = f.number == REQUEST_PRODUCER_GROUP || f.number == REQUEST_TOPIC || f.number == REQUEST_BORN_HOST ||
+                           f.number == REQUEST_MESSAGES
+                       ? LEN
+                   : f.number <= REQUEST_DEFAULT_QUEUE_NUMS ? VARINT
+                                                            : -1;
+        if (want >= 0 && f.type != want)
+            return "wire";
+        switch (f.number) {
+        case REQUEST_PRODUCER_GROUP:
+            h->producer_group = f;
+            break;
+        case REQUEST_TOPIC:
+            h->topic = f;
+            break;
+        case REQUEST_BORN_HOST:
+            h->born_host = f;
+            break;
+        case REQUEST_MESSAGES:
+            (*count)++;
+            break;
+        case REQUEST_QUEUE_ID:
+            h->queue_id = (int32_t)(uint32_t)f.value;
+            break;
+        case REQUEST_BORN_TIMESTAMP:
+            h->born_timestamp = (int64_t)f.value;
+            break;
+        case REQUEST_SYS_FLAG:
+            h->sys_flag = (int32_t)(uint32_t)f.value;
+            break;
+        case REQUEST_RECONSUME_TIMES:
+            h->reconsume_times = (int32_t)(uint32_t)f.value;
+            break;
+        case REQUEST_DEFAULT_QUEUE_NUMS:
+            h->default_queue_nums = (int32_t)(uint32_t)f.value;
+            break;
+        default: /* unknown: skipped, as protobuf skips it */
+            break;
+        }
+    }
+    if (!valid_utf8(h->producer_group.data, h->producer_group.len) || !valid_utf8(h->topic.data, h->topic.len) ||
+        !valid_utf8(h->born_host.data, h->born_host.len))
+        return "utf-8";
+    return *count ? NULL : "empty";
+}
+
+static PyObject *header_tuple(const Header *h) {
+    return Py_BuildValue("(s#s#iLs#iii)", (const char *)h->producer_group.data, (Py_ssize_t)h->producer_group.len,
+                         (const char *)h->topic.data, (Py_ssize_t)h->topic.len, h->queue_id,
+                         (long long)h->born_timestamp, (const char *)h->born_host.data, (Py_ssize_t)h->born_host.len,
+                         h->sys_flag, h->reconsume_times, h->default_queue_nums);
+}
 
 static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "scan() takes 6 arguments (%zd given)", nargs);
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "scan() takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
-    Py_buffer raw, topic;
+    Py_buffer raw;
     Names names;
-    PyObject *detour_seq = NULL, *layout = NULL, *tags = NULL, *indexed = NULL, *last_tag = NULL, *result = NULL;
+    PyObject *detour_seq = NULL, *layout = NULL, *tags = NULL, *indexed = NULL, *last_tag = NULL, *header = NULL;
+    PyObject *result = NULL;
     if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[1], &topic, PyBUF_SIMPLE) < 0) {
+    if (names_from(args + 1, &names, &detour_seq) < 0) {
         PyBuffer_Release(&raw);
         return NULL;
     }
-    if (names_from(args + 2, &names, &detour_seq) < 0) {
-        PyBuffer_Release(&topic);
-        PyBuffer_Release(&raw);
-        return NULL;
-    }
-    const uint8_t *base = raw.buf, *end = base + raw.len, *p = base;
+    const uint8_t *base = raw.buf, *end = base + raw.len, *p;
     ScanTotals totals = {NULL, 0, 0, 0, 0};
+    Header h;
     if (raw.len > 0x7FFFFFFF) {
         totals.reason = "size";
         goto done;
     }
-    /* First pass: count the messages, so the columns are allocated once. */
-    while (p < end) {
-        Field f;
-        if (next_field(&p, end, &f) < 0) {
-            totals.reason = "wire";
-            goto done;
-        }
-        if (f.number == REQUEST_MESSAGES) {
-            if (f.type != LEN) {
-                totals.reason = "wire";
-                goto done;
-            }
-            totals.count++;
-        }
-    }
-    if (totals.count == 0) {
-        totals.reason = "empty";
+    totals.reason = read_header(base, end, &h, &totals.count);
+    if (totals.reason)
         goto done;
-    }
     layout = PyBytes_FromStringAndSize(NULL, totals.count * (Py_ssize_t)sizeof(Layout));
     tags = PyList_New(totals.count);
     if (layout == NULL || tags == NULL)
@@ -452,7 +559,7 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         next_field(&p, end, &f); /* cannot fail: the first pass read the same bytes */
         if (f.number != REQUEST_MESSAGES)
             continue;
-        const char *reason = scan_message(base, &f, &topic, &names, &entry[index], tags, &indexed, index, &last_tag);
+        const char *reason = scan_message(base, &f, &h.topic, &names, &entry[index], tags, &indexed, index, &last_tag);
         if (reason == (const char *)-1)
             goto error;
         if (reason) {
@@ -467,19 +574,22 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             totals.properties_max = l->properties_len;
         index++;
     }
+    header = header_tuple(&h);
+    if (header == NULL)
+        goto error;
 done:
     if (totals.reason)
         result = PyUnicode_FromString(totals.reason);
     else
-        result = Py_BuildValue("(OnKIIOO)", layout, totals.count, (unsigned long long)totals.payload, totals.body_max,
-                               totals.properties_max, tags, indexed ? indexed : Py_None);
+        result = Py_BuildValue("(OOnKIIOO)", header, layout, totals.count, (unsigned long long)totals.payload,
+                               totals.body_max, totals.properties_max, tags, indexed ? indexed : Py_None);
 error:
+    Py_XDECREF(header);
     Py_XDECREF(layout);
     Py_XDECREF(tags);
     Py_XDECREF(indexed);
     Py_XDECREF(last_tag);
     names_release(&names, detour_seq);
-    PyBuffer_Release(&topic);
     PyBuffer_Release(&raw);
     return result;
 }
@@ -655,6 +765,52 @@ release_raw:
     return sizes;
 }
 
+/* -- offset message ids -------------------------------------------------------------------- */
+
+PyDoc_STRVAR(offset_ids_doc,
+             "offset_ids(prefix, first_offset, sizes)\n--\n\n"
+             "The offset message ids of records laid back to back from ``first_offset``: ``prefix``\n"
+             "(the store host's hex, ASCII) followed by each record's offset as 16 uppercase hex digits.");
+
+static PyObject *offset_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_IS_ASCII(args[0]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "offset_ids() takes an ASCII prefix, an offset and a list of sizes");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(args[1]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset_ids(): the first offset must not be negative");
+        return NULL;
+    }
+    Py_ssize_t prefix_len = PyUnicode_GET_LENGTH(args[0]), count = PyList_GET_SIZE(args[2]);
+    const char *prefix = (const char *)PyUnicode_DATA(args[0]);
+    static const char digits[] = "0123456789ABCDEF";
+    PyObject *ids = PyList_New(count);
+    if (ids == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *id = PyUnicode_New(prefix_len + 16, 127);
+        if (id == NULL) {
+            Py_DECREF(ids);
+            return NULL;
+        }
+        char *out = (char *)PyUnicode_DATA(id);
+        memcpy(out, prefix, (size_t)prefix_len);
+        for (int d = 0; d < 16; d++)
+            out[prefix_len + d] = digits[((unsigned long long)offset >> (60 - 4 * d)) & 0xF];
+        PyList_SET_ITEM(ids, i, id);
+        long long size = PyLong_AsLongLong(PyList_GET_ITEM(args[2], i));
+        if (size == -1 && PyErr_Occurred()) {
+            Py_DECREF(ids);
+            return NULL;
+        }
+        offset += size;
+    }
+    return ids;
+}
+
 /* -- crc32c, for tests and for anyone who wants the same checksum --------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0)\n--\n\nCRC-32C of ``data``, continuing from ``value``.");
@@ -682,12 +838,21 @@ static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
     {"write", (PyCFunction)(void (*)(void))write_records, METH_FASTCALL, write_doc},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, crc32c_doc},
+    {"offset_ids", (PyCFunction)(void (*)(void))offset_ids, METH_FASTCALL, offset_ids_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static int exec_module(PyObject *module) {
     crc_init();
-    if (PyModule_AddIntConstant(module, "REQUEST_MESSAGES", REQUEST_MESSAGES) < 0 ||
+    if (PyModule_AddIntConstant(module, "REQUEST_PRODUCER_GROUP", REQUEST_PRODUCER_GROUP) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_TOPIC", REQUEST_TOPIC) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_QUEUE_ID", REQUEST_QUEUE_ID) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_MESSAGES", REQUEST_MESSAGES) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_BORN_TIMESTAMP_MS", REQUEST_BORN_TIMESTAMP) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_BORN_HOST", REQUEST_BORN_HOST) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_SYS_FLAG", REQUEST_SYS_FLAG) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_RECONSUME_TIMES", REQUEST_RECONSUME_TIMES) < 0 ||
+        PyModule_AddIntConstant(module, "REQUEST_DEFAULT_TOPIC_QUEUE_NUMS", REQUEST_DEFAULT_QUEUE_NUMS) < 0 ||
         PyModule_AddIntConstant(module, "MESSAGE_TOPIC", MESSAGE_TOPIC) < 0 ||
         PyModule_AddIntConstant(module, "MESSAGE_BODY", MESSAGE_BODY) < 0 ||
         PyModule_AddIntConstant(module, "MESSAGE_PROPERTIES", MESSAGE_PROPS) < 0 ||

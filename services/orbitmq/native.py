@@ -32,9 +32,23 @@ log = logging.getLogger(__name__)
 ENV = "ORBITMQ_NATIVE"
 
 
+class SendHeader(NamedTuple):
+    """A SendMessageRequest's own fields, named as in the proto (so code reads either)."""
+
+    producer_group: str
+    topic: str
+    queue_id: int
+    born_timestamp_ms: int
+    born_host: str
+    sys_flag: int
+    reconsume_times: int
+    default_topic_queue_nums: int
+
+
 class Scanned(NamedTuple):
     """What :func:`scan_send` returns for a request the C path takes."""
 
+    header: SendHeader
     layout: bytes
     """Where each message's parts are in the request: ``write``'s input, opaque to Python."""
     count: int
@@ -53,8 +67,10 @@ def _agrees(module: ModuleType) -> str | None:
     from orbitmq.v1 import broker_pb2, common_pb2
 
     message = common_pb2.Message.DESCRIPTOR.fields_by_name
+    request = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name
     expected = {
-        "REQUEST_MESSAGES": broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["messages"].number,
+        **{f"REQUEST_{name.upper()}": request[name].number for name in SendHeader._fields},
+        "REQUEST_MESSAGES": request["messages"].number,
         "MESSAGE_TOPIC": message["topic"].number,
         "MESSAGE_BODY": message["body"].number,
         "MESSAGE_PROPERTIES": message["properties"].number,
@@ -90,16 +106,18 @@ NATIVE = _load()
 _TAGS, _KEYS, _UNIQ = (name.encode() for name in (Property.TAGS, Property.KEYS, Property.UNIQ_KEY))
 
 
-def scan_send(request: bytes, topic: str, detour: tuple[bytes, ...]) -> Scanned | None:
-    """The messages of a ``SendMessageRequest`` (its wire bytes) for the C path, or None.
+def scan_send(request: bytes, detour: tuple[bytes, ...]) -> Scanned | None:
+    """A ``SendMessageRequest`` (its wire bytes) read for the C path, or None.
 
-    None when the C path is not available or not for this request: a message carries one of
-    the ``detour`` property names, or anything else the Python path handles (the reason is
-    not needed: that path decides, and refuses with its own words).
+    The scanner reads the request as protobuf would (last occurrence wins, unknown fields
+    skipped, strings checked as UTF-8), so no protobuf object is built for it. None when the
+    C path is not available or not for this request: a message carries one of the ``detour``
+    property names, or anything else the Python path handles (the reason is not needed: that
+    path decides, and refuses with its own words).
     """
     if NATIVE is None:
         return None
-    scanned = NATIVE.scan(request, topic.encode(), _TAGS, _KEYS, _UNIQ, detour)
+    scanned = NATIVE.scan(request, _TAGS, _KEYS, _UNIQ, detour)
     if type(scanned) is str:
         return None
-    return Scanned._make(scanned)
+    return Scanned(SendHeader._make(scanned[0]), *scanned[1:])

@@ -58,7 +58,7 @@ def test_scan_reads_every_column() -> None:
         _message(b"", -5, topic="TopicA"),
         _message(b"b" * 20, 0, TAGS="é", UNIQ_KEY="U2", X="y"),
     )
-    scanned = scan_send(data, "TopicA", DETOUR)
+    scanned = scan_send(data, DETOUR)
     assert scanned is not None
     assert scanned.count == 3
     assert scanned.body_max == 20
@@ -70,8 +70,68 @@ def test_scan_reads_every_column() -> None:
     assert scanned.indexed == [(0, "k1 k2", None), (2, None, "U2")]
 
 
+def test_the_request_fields_read_as_protobuf_reads_them() -> None:
+    request = broker_pb2.SendMessageRequest(
+        producer_group="Producers-é",
+        topic="TopicA",
+        queue_id=-1,
+        messages=[_message()],
+        born_timestamp_ms=(1 << 62) + 5,
+        born_host="10.0.0.1:7",
+        sys_flag=8,
+        reconsume_times=3,
+        default_topic_queue_nums=16,
+    )
+    data = request.SerializeToString()
+    # A field repeated on the wire: protobuf keeps the last one; so must the scanner.
+    data += broker_pb2.SendMessageRequest(queue_id=2, born_host="10.0.0.2:8").SerializeToString()
+    scanned = scan_send(data, DETOUR)
+    parsed = broker_pb2.SendMessageRequest.FromString(data)
+    assert scanned is not None
+    assert scanned.header == tuple(getattr(parsed, name) for name in scanned.header._fields)
+    assert (scanned.header.queue_id, scanned.header.born_host) == (2, "10.0.0.2:8")
+
+
+def _utf8_cases() -> list[bytes]:
+    rng = random.Random(8)
+    fixed = [
+        b"plain",
+        "é€𝄞".encode(),
+        b"\xc0\xaf",  # overlong /
+        b"\xe0\x80\xaf",  # overlong
+        b"\xed\xa0\x80",  # a surrogate
+        b"\xf4\x90\x80\x80",  # above U+10FFFF
+        b"\xf0\x9f\x98",  # cut short
+        b"\x80",
+        b"abcdefgh\xffijkl",
+        "ascii then é".encode() * 3,
+    ]
+    return fixed + [
+        rng.randbytes(rng.randrange(1, 12)).replace(b"\x01", b"a").replace(b"\x02", b"b") for _ in range(3000)
+    ]
+
+
+def test_strings_must_be_utf8_exactly_as_python_decodes_them() -> None:
+    """The scanner checks UTF-8 itself (no protobuf parse on the C path): it must take a value
+    exactly when it is valid UTF-8, in the topic, the born host and property names and values."""
+    for raw in _utf8_cases():
+        try:
+            raw.decode("utf-8")
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        value = common_pb2.Message(body=b"x").SerializeToString() + b"\x1a" + bytes([len(raw) + 5])
+        value += b"\x0a\x01X\x12" + bytes([len(raw)]) + raw  # properties entry {"X": raw}
+        data = broker_pb2.SendMessageRequest(topic="TopicA").SerializeToString()
+        data += b"\x22" + bytes([len(value)]) + value
+        assert (scan_send(data, DETOUR) is not None) == valid, raw
+        host = broker_pb2.SendMessageRequest(messages=[_message()]).SerializeToString()
+        host += b"\x32" + bytes([len(raw)]) + raw  # born_host = raw
+        assert (scan_send(host, DETOUR) is not None) == valid, raw
+
+
 def test_consecutive_equal_tags_share_one_string() -> None:
-    scanned = scan_send(_request(*(_message(TAGS="Same") for _ in range(5))), "TopicA", DETOUR)
+    scanned = scan_send(_request(*(_message(TAGS="Same") for _ in range(5))), DETOUR)
     assert scanned is not None and scanned.indexed is None
     assert len({id(tag) for tag in scanned.tags}) == 1
 
@@ -106,7 +166,7 @@ def _duplicate_key_message() -> bytes:
     ],
 )
 def test_what_the_scanner_leaves_to_the_python_path(data: bytes, why: str) -> None:
-    assert scan_send(data, "TopicA", DETOUR) is None, why
+    assert scan_send(data, DETOUR) is None, why
 
 
 def test_unknown_fields_are_skipped_as_protobuf_skips_them() -> None:
@@ -114,7 +174,7 @@ def test_unknown_fields_are_skipped_as_protobuf_skips_them() -> None:
     extra = b"\x28\x96\x01" + b"\x31" + bytes(8) + b"\x3d" + bytes(4) + b"\x42\x02hi"  # fields 5..8
     data = broker_pb2.SendMessageRequest(topic="TopicA").SerializeToString()
     data += b"\x22" + bytes([len(message + extra)]) + message + extra + b"\x50\x01"  # and field 10
-    scanned = scan_send(data, "TopicA", DETOUR)
+    scanned = scan_send(data, DETOUR)
     assert scanned is not None and scanned.payload_bytes == 3 + len("TAGS\x01T\x02")
     assert common_pb2.Message.FromString(message + extra).body == b"xyz"
 
@@ -146,13 +206,12 @@ def test_no_bytes_crash_the_scanner_or_the_writer(tmp_path) -> None:  # type: ig
                     del data[at : at + rng.randrange(1, 4)]
             if i % 10 == 0:
                 data = bytearray(rng.randbytes(rng.randrange(64)))
-            scanned = scan_send(bytes(data), "TopicA", DETOUR)
+            scanned = scan_send(bytes(data), DETOUR)
             if scanned is None:
                 continue
-            try:
-                expected = broker_pb2.SendMessageRequest.FromString(bytes(data))
-            except Exception:
-                continue  # bytes protobuf refuses never reach the scanner in the broker
+            # What the scanner takes, protobuf takes too, and reads the same way.
+            expected = broker_pb2.SendMessageRequest.FromString(bytes(data))
+            assert scanned.header == tuple(getattr(expected, name) for name in scanned.header._fields)
             taken += 1
             shared = bytes(72)
             sizes = NATIVE.write(

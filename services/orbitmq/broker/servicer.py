@@ -21,7 +21,7 @@ from orbitmq.broker.topics import retry_topic, topic_to_proto
 from orbitmq.common.names import validate_group_name
 from orbitmq.common.rpc import RpcFailure, parse_request, takes_request_bytes
 from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
-from orbitmq.native import scan_send
+from orbitmq.native import SendHeader, scan_send
 from orbitmq.store.commitlog import AppendedBatch
 from orbitmq.store.config_store import SubscriptionGroupConfig
 from orbitmq.store.message_filter import MessageFilter
@@ -52,6 +52,10 @@ _TOPIC_OF = attrgetter("topic")
 _BODY_OF = attrgetter("body")
 _FLAG_OF = attrgetter("flag")
 _PROPERTIES_OF = attrgetter("properties")
+
+
+def _parse_send(data: bytes) -> broker_pb2.SendMessageRequest:
+    return parse_request(broker_pb2.SendMessageRequest, data, "SendMessage")
 
 
 def _properties(protos: Iterable[common_pb2.Message]) -> list[dict[str, str]]:
@@ -88,34 +92,33 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
     @takes_request_bytes
     async def SendMessage(self, data: bytes, context: grpc.aio.ServicerContext):
-        request = parse_request(broker_pb2.SendMessageRequest, data, "SendMessage")
         b = self.b
         started = time.perf_counter()
         self._writable()
-        if not request.messages:
-            raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
-        topic = request.topic
-        config = b.topics.for_send(topic, request.default_topic_queue_nums)
-        queue_id = b.topics.pick_queue(config, request.queue_id)
-        born = (request.born_host or _peer_host(context), request.born_timestamp_ms or b.clock.now_ms())
-        scanned = None if request.sys_flag else scan_send(data, topic, _DETOUR_NAMES)
-        if scanned is not None:
-            # The usual send, on the C path: no Python object per message.
+        scanned = scan_send(data, _DETOUR_NAMES)
+        if scanned is not None and not scanned.header.sys_flag:
+            # The usual send, on the C path: no protobuf object, no Python object per message.
+            head = scanned.header
+            queue_id, born = self._destination(head, context)
             batch = ScannedBatch(
-                topic,
+                head.topic,
                 queue_id,
                 data,
-                *scanned,
-                unpacked=lambda: self._columns(request, queue_id, born, _properties(request.messages)),
+                *scanned[1:],
+                unpacked=lambda: self._columns(_parse_send(data), queue_id, born),
                 born_host=born[0],
                 born_timestamp_ms=born[1],
-                reconsume_times=request.reconsume_times,
+                reconsume_times=head.reconsume_times,
             )
             result = await b.put_batch(batch)
             count, transaction_id = batch.count, batch.first_unique_key
         else:
+            request = head = _parse_send(data)
+            if not request.messages:
+                raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
+            queue_id, born = self._destination(request, context)
             protos = list(request.messages)  # one wrapper per message, reused by the column maps below
-            _check_topics(topic, protos)
+            _check_topics(request.topic, protos)
             properties = _properties(protos)
             count, transaction_id = len(protos), properties[0].get(Property.UNIQ_KEY)
             if not request.sys_flag and all(map(_DETOUR_KEYS.isdisjoint, properties)):
@@ -125,7 +128,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 result = await b.put(self._inbound(request, queue_id, born, properties, protos))
         if result.status not in _SEND_STATUS:
             raise put_failure(result)
-        b.metrics.observe_send(topic, count, time.perf_counter() - started)
+        b.metrics.observe_send(head.topic, count, time.perf_counter() - started)
         appended: AppendedBatch = result.messages  # type: ignore[assignment]
         return broker_pb2.SendMessageResponse(
             status=_SEND_STATUS[result.status],
@@ -137,16 +140,26 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             commit_log_offset=appended.first_physical_offset,
         )
 
+    def _destination(
+        self, head: broker_pb2.SendMessageRequest | SendHeader, context
+    ) -> tuple[int, tuple[str, int]]:
+        """The queue a send goes to (its topic created if allowed) and its (born host, born time)."""
+        b = self.b
+        config = b.topics.for_send(head.topic, head.default_topic_queue_nums)
+        queue_id = b.topics.pick_queue(config, head.queue_id)
+        return queue_id, (head.born_host or _peer_host(context), head.born_timestamp_ms or b.clock.now_ms())
+
     @staticmethod
     def _columns(
         request: broker_pb2.SendMessageRequest,
         queue_id: int,
         born: tuple[str, int],
-        properties: list[dict[str, str]],
+        properties: list[dict[str, str]] | None = None,
         protos: list[common_pb2.Message] | None = None,
     ) -> MessageBatch:
         """The messages of a send as a :class:`MessageBatch` (the Python path)."""
         protos = protos if protos is not None else list(request.messages)
+        properties = properties if properties is not None else _properties(protos)
         return MessageBatch(
             request.topic,
             queue_id,

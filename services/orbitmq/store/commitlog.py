@@ -122,6 +122,8 @@ class AppendedBatch(Sequence[AppendedMessage]):
         """
         if len(self.sizes) < 2:  # the usual single send: one formatted id is cheapest
             return [encode_offset_msg_id(self.store_host, self.first_physical_offset)] if self.sizes else []
+        if NATIVE is not None:
+            return NATIVE.offset_ids(msg_id_prefix(self.store_host), self.first_physical_offset, self.sizes)
         prefix = bytes.fromhex(msg_id_prefix(self.store_host))
         raw = b"".join(map(prefix.__add__, map(_OFFSET.pack, self.physical_offsets())))
         return raw.hex(" ", len(prefix) + _OFFSET.size).upper().split(" ")

@@ -65,7 +65,7 @@ def scanned(batch: MessageBatch, *, refused: bool = False) -> ScannedBatch:
     the Python path for it: that would make a test of the C path pass without it.
     """
     data = request_bytes(batch)
-    scan = scan_send(data, batch.topic, (b"DELAY",))
+    scan = scan_send(data, (b"DELAY",))
     assert scan is not None, "the C path refused a batch it should take"
 
     def unpacked() -> MessageBatch:
@@ -76,7 +76,7 @@ def scanned(batch: MessageBatch, *, refused: bool = False) -> ScannedBatch:
         batch.topic,
         batch.queue_id,
         data,
-        *scan,
+        *scan[1:],
         unpacked=unpacked,
         sys_flag=batch.sys_flag,
         born_timestamp_ms=batch.born_timestamp_ms,

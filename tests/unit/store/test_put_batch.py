@@ -9,6 +9,7 @@ import pytest
 from storekit import message_batch
 
 from orbitmq.common.clock import ManualClock
+from orbitmq.store import commitlog
 from orbitmq.store.commitlog import AppendedBatch
 from orbitmq.store.mapped_file import MappedFile
 from orbitmq.store.message_id import encode_offset_msg_id
@@ -114,12 +115,17 @@ def test_units_cross_consume_queue_files_like_single_puts(tmp_path: Path, open_s
     assert [queue_a.unit_at(i) for i in range(60)] == [queue_b.unit_at(i) for i in range(60)]
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
 @pytest.mark.parametrize("store_host", ["10.0.0.1:10911", "[2001:db8::1]:10911"])
-def test_batch_msg_ids_are_offset_ids(store_host: str) -> None:
+def test_batch_msg_ids_are_offset_ids(store_host: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if path == "python":
+        monkeypatch.setattr(commitlog, "NATIVE", None)
     sizes = [120, 5000, 1 << 20]
-    appended = AppendedBatch((1 << 40) + 3, sizes, [0, 1, 2], 0, store_host, 0)
-    offsets = [(1 << 40) + 3, (1 << 40) + 123, (1 << 40) + 5123]
+    first = (1 << 62) + 3
+    appended = AppendedBatch(first, sizes, [0, 1, 2], 0, store_host, 0)
+    offsets = [first, first + 120, first + 5120]
     assert appended.msg_ids() == [encode_offset_msg_id(store_host, offset) for offset in offsets]
+    assert AppendedBatch(7, [9], [0], 0, store_host, 0).msg_ids() == [encode_offset_msg_id(store_host, 7)]
     assert AppendedBatch(0, [], [], 0, store_host, 0).msg_ids() == []
 
 
