@@ -765,6 +765,81 @@ release_raw:
     return sizes;
 }
 
+/* -- read --------------------------------------------------------------------------------- */
+
+#define UNIT_BYTES 20 /* consume-queue unit: physical offset i64, size i32, tag code i64 */
+
+static inline int64_t get64(const uint8_t *p) {
+    return (int64_t)((uint64_t)p[0] << 56 | (uint64_t)p[1] << 48 | (uint64_t)p[2] << 40 | (uint64_t)p[3] << 32 |
+                     (uint64_t)p[4] << 24 | (uint64_t)p[5] << 16 | (uint64_t)p[6] << 8 | (uint64_t)p[7]);
+}
+
+PyDoc_STRVAR(read_records_doc,
+             "read_records(segment, segment_start, segment_end, units, count_left, bytes_left, have_records,\n"
+             "             min_physical, records)\n--\n\n"
+             "A pull's inner loop: for each consume-queue unit in ``units`` (raw, 20 bytes each), append\n"
+             "its record, sliced from ``segment`` (the mapping of the commit-log segment starting at\n"
+             "``segment_start``), to ``records``. Stops before a unit that would exceed ``count_left``\n"
+             "records or ``bytes_left`` bytes (the first record of a pull always fits), and at a unit\n"
+             "the caller must look at itself (outside [segment_start, segment_end), below\n"
+             "``min_physical``, or of no size). Returns (units consumed, bytes added, physical offset\n"
+             "of the last record, stop): stop 0 = units exhausted, 1 = pull full, 2 = caller's unit.");
+
+static PyObject *read_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyList_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "read_records() takes 9 arguments, the last a list");
+        return NULL;
+    }
+    long long segment_start = PyLong_AsLongLong(args[1]), segment_end = PyLong_AsLongLong(args[2]);
+    Py_ssize_t count_left = PyLong_AsSsize_t(args[4]);
+    long long bytes_left = PyLong_AsLongLong(args[5]);
+    int have = PyObject_IsTrue(args[6]);
+    long long min_physical = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer segment, units;
+    if (PyObject_GetBuffer(args[0], &segment, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &units, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&segment);
+        return NULL;
+    }
+    PyObject *records = args[8];
+    const uint8_t *u = units.buf;
+    Py_ssize_t total_units = units.len / UNIT_BYTES, consumed = 0;
+    long long added = 0, last_physical = 0;
+    int stop = 0, failed = 0;
+    if (segment_end - segment_start > segment.len)
+        segment_end = segment_start + segment.len;
+    for (; consumed < total_units; consumed++, u += UNIT_BYTES) {
+        long long physical = get64(u);
+        int32_t size = (int32_t)((uint32_t)u[8] << 24 | (uint32_t)u[9] << 16 | (uint32_t)u[10] << 8 | u[11]);
+        if (count_left == 0 || ((have || added) && size > bytes_left - added)) {
+            stop = 1;
+            break;
+        }
+        if (size <= 0 || physical < min_physical || physical < segment_start || physical > segment_end - size) {
+            stop = 2;
+            break;
+        }
+        PyObject *record = PyBytes_FromStringAndSize((const char *)segment.buf + (physical - segment_start), size);
+        if (record == NULL || PyList_Append(records, record) < 0) {
+            Py_XDECREF(record);
+            failed = 1;
+            break;
+        }
+        Py_DECREF(record);
+        count_left--;
+        added += size;
+        last_physical = physical;
+    }
+    PyBuffer_Release(&units);
+    PyBuffer_Release(&segment);
+    if (failed)
+        return NULL;
+    return Py_BuildValue("(nLLi)", consumed, added, last_physical, stop);
+}
+
 /* -- offset message ids -------------------------------------------------------------------- */
 
 PyDoc_STRVAR(offset_ids_doc,
@@ -839,6 +914,7 @@ static PyMethodDef methods[] = {
     {"write", (PyCFunction)(void (*)(void))write_records, METH_FASTCALL, write_doc},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, crc32c_doc},
     {"offset_ids", (PyCFunction)(void (*)(void))offset_ids, METH_FASTCALL, offset_ids_doc},
+    {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -861,6 +937,7 @@ static int exec_module(PyObject *module) {
         PyModule_AddIntConstant(module, "HEADER_BYTES", HEADER_BYTES) < 0 ||
         PyModule_AddIntConstant(module, "SHARED_POSITION", SHARED_POS) < 0 ||
         PyModule_AddIntConstant(module, "SHARED_BYTES", SHARED_BYTES) < 0 ||
+        PyModule_AddIntConstant(module, "UNIT_BYTES", UNIT_BYTES) < 0 ||
         PyModule_AddIntConstant(module, "CRC_HARDWARE", crc_hardware) < 0)
         return -1;
     return 0;

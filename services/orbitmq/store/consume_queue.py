@@ -217,13 +217,16 @@ class ConsumeQueue:
 
     def units(self, queue_offset: int, max_units: int) -> list[Unit]:
         """Up to ``max_units`` units from ``queue_offset``, never past the queue's end or a file end."""
+        return list(UNIT.iter_unpack(self.units_raw(queue_offset, max_units)))
+
+    def units_raw(self, queue_offset: int, max_units: int) -> bytes:
+        """:meth:`units` as the file holds them (20 bytes each), for readers that unpack them in C."""
         end = min(self._max_offset, queue_offset + max_units)
         if queue_offset < self._min_offset or queue_offset >= end:
-            return []
+            return b""
         mapped, position = self._locate(queue_offset)
         count = min(end - queue_offset, (mapped.size - position) // UNIT_BYTES)
-        raw = mapped.read(position, count * UNIT_BYTES)
-        return list(UNIT.iter_unpack(raw))
+        return mapped.read(position, count * UNIT_BYTES)
 
     def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int], int | None]) -> int:
         """The first queue offset whose message was stored at or after ``timestamp_ms``.

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import add
 from pathlib import Path
-from typing import Any
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
@@ -38,6 +37,7 @@ from orbitmq.store.index_file import IndexService
 from orbitmq.store.mapped_file import FsyncFn, fsync_directory
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.message_id import decode_offset_msg_id
+from orbitmq.store.pull_read import PullRead
 from orbitmq.store.record import (
     BLANK_MAGIC,
     HEADER,
@@ -597,61 +597,13 @@ class MessageStore:
     def _read_queue(
         self, queue: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None
     ) -> GetResult:
-        records: list[bytes] = []
-        status = GetStatus.NO_MATCHED_MESSAGE
-        total_bytes, next_offset, last_physical = 0, offset, 0
-        scan_limit = offset + max(self.config.max_filter_scan_units, max_count)
-        commitlog = self.commitlog
-        commitlog_min, max_transfer_bytes = commitlog.min_offset, self.config.max_transfer_bytes
-        # Records are sliced straight from the segment that held the previous one (a pull's
-        # records are usually neighbours); CommitLog.read runs only when the segment changes.
-        buffer: Any = None
-        segment_start = segment_end = 0
-        done = False
-        while not done and next_offset < min(queue.max_offset, scan_limit):
-            units = queue.units(next_offset, min(max_count * 4 if message_filter else max_count, 4096))
-            if not units:
-                break
-            for physical, size, code in units:
-                if len(records) >= max_count or (records and total_bytes + size > max_transfer_bytes):
-                    done = True
-                    break
-                next_offset += 1
-                if size <= 0 or physical < commitlog_min:
-                    status = GetStatus.OFFSET_FOUND_NULL if not records else status
-                    continue
-                if message_filter is not None and not message_filter.matches_tags_code(code):
-                    continue
-                if segment_start <= physical and physical + size <= segment_end:
-                    at = physical - segment_start
-                    try:
-                        record: bytes | None = buffer[at : at + size]
-                    except ValueError:  # deleted by retention since the last record
-                        record = None
-                else:
-                    record = commitlog.read(physical, size)
-                    segment = commitlog.segment_for(physical) if record is not None else None
-                    if segment is not None:
-                        buffer, segment_start = segment.buffer, segment.start_offset
-                        segment_end = min(segment.end_offset, commitlog.max_offset)
-                if record is None:
-                    status = GetStatus.OFFSET_FOUND_NULL if not records else status
-                    continue
-                if (
-                    message_filter is not None
-                    and message_filter.needs_properties
-                    and not message_filter.matches_properties(decode(record, check_crc=False).properties)
-                ):
-                    continue
-                records.append(record)
-                total_bytes += size
-                last_physical = physical
-        if records:
-            status = GetStatus.FOUND
-        suggest = bool(records) and self.commitlog.max_offset - last_physical > self._slave_advice_lag
+        read = PullRead(self.commitlog, offset, max_count, self.config.max_transfer_bytes, message_filter)
+        read.read(queue, offset + max(self.config.max_filter_scan_units, max_count))
+        records = read.records
+        suggest = bool(records) and self.commitlog.max_offset - read.last_physical > self._slave_advice_lag
         return GetResult(
-            status,
-            next_offset,  # moving past what was read (or filtered out) is progress, not a correction
+            read.status,
+            read.next_offset,  # moving past what was read (or filtered out) is progress, not a correction
             queue.min_offset,
             queue.max_offset,
             records,

@@ -9,6 +9,7 @@ import pytest
 from storekit import message
 
 from orbitmq.common.clock import ManualClock
+from orbitmq.store import pull_read
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.message_store import MessageStore
@@ -16,6 +17,16 @@ from orbitmq.store.record import decode
 from orbitmq.store.results import GetStatus
 
 StoreFactory = Callable[..., MessageStore]
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every read here runs through the C record loop and through the Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(pull_read, "NATIVE", None)
+    else:
+        assert pull_read.NATIVE is not None
+    return request.param
 
 
 def _fill(store: MessageStore, count: int, queue_id: int = 0, **properties: str) -> None:
