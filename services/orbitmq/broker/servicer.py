@@ -141,7 +141,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         )
 
     def _destination(
-        self, head: broker_pb2.SendMessageRequest | SendHeader, context
+        self, head: broker_pb2.SendMessageRequest | SendHeader, context: grpc.aio.ServicerContext
     ) -> tuple[int, tuple[str, int]]:
         """The queue a send goes to (its topic created if allowed) and its (born host, born time)."""
         b = self.b

@@ -373,6 +373,7 @@ class CommitLog:
         )
         segment.write_parts(first - segment.start_offset, list(chain.from_iterable(records)))
         self._write_offset = end
+        self._advance_queue(batch, queue_offset, step)
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, physical)
 
     def append_scanned(
@@ -401,6 +402,7 @@ class CommitLog:
         if end != first + sum(sizes):
             raise RuntimeError(f"the C writer wrote {sum(sizes)} bytes of a {total_bytes}-byte batch")
         self._write_offset = end
+        self._advance_queue(batch, queue_offset, step)
         count = batch.count
         queue_offsets = list(range(queue_offset, queue_offset + count)) if step else [0] * count
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end)
@@ -410,16 +412,14 @@ class CommitLog:
     ) -> tuple[MappedFile, int, int, int, bytes]:
         """What every batch append starts with: the segment that takes ``total_bytes`` (rolled
         if needed), the first record's offset, the first queue offset and its step per message
-        (0: prepared and rolled-back halves all get queue offset 0; the queue's counter is
-        advanced past the batch otherwise), and the header fields the batch's records share."""
+        (0: prepared and rolled-back halves all get queue offset 0), and the header fields the
+        batch's records share. The caller advances the queue's counter (:meth:`_advance_queue`)
+        once the records are written, so a failed write leaves no gap in the queue."""
         segment = self._writable_segment(total_bytes)
-        count = len(batch)
         if batch.sys_flag & TRANSACTION_MASK in _NO_QUEUE_OFFSET_TYPES:
             queue_offset, step = 0, 0
         else:
-            key = (batch.topic, batch.queue_id)
-            queue_offset, step = self.queue_offsets.get(key, 0), 1
-            self.queue_offsets[key] = queue_offset + count
+            queue_offset, step = self.queue_offsets.get((batch.topic, batch.queue_id), 0), 1
         born_address, born_port = encode_host(batch.born_host)
         store_address, store_port = self._store_host_raw
         shared = SHARED_FIELDS.pack(
@@ -434,6 +434,11 @@ class CommitLog:
             0,  # prepared transaction offset: only the broker's own puts set it
         )
         return segment, self._write_offset, queue_offset, step, shared
+
+    def _advance_queue(self, batch: MessageBatch | ScannedBatch, queue_offset: int, step: int) -> None:
+        """Move the batch's queue past its messages, once they are written."""
+        if step:
+            self.queue_offsets[(batch.topic, batch.queue_id)] = queue_offset + len(batch)
 
     def append_raw(self, physical_offset: int, data: bytes) -> None:
         """Place bytes copied from another broker's log at the same offsets (replication)."""

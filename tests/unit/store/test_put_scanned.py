@@ -10,6 +10,7 @@ from storekit import message_batch, scanned, tiny_config
 
 from orbitmq.common.clock import ManualClock
 from orbitmq.native import NATIVE
+from orbitmq.store import commitlog
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import HEADER_BYTES, MessageBatch, SysFlag, decode
 from orbitmq.store.results import PutStatus
@@ -145,3 +146,26 @@ def test_a_crashed_store_recovers_every_scanned_record(tmp_path: Path, clock: Ma
         assert [m.queue_offset for m in reopened.query_by_key("TopicA", "U1")][:2] == [42, 38]
     finally:
         reopened.close()
+
+
+def test_a_failed_write_takes_no_queue_offsets(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    _warm(store, message_batch())  # queue offsets 0..3
+
+    class FailingDisk:
+        def __getattr__(self, name: str) -> object:
+            return getattr(NATIVE, name)
+
+        def write(self, *args: object) -> list[int]:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(commitlog, "NATIVE", FailingDisk())
+    failed = store.put_scanned(scanned(message_batch()))
+    assert failed.status is PutStatus.CREATE_MAPPED_FILE_FAILED and "Input/output" in (failed.reason or "")
+    monkeypatch.setattr(commitlog, "NATIVE", NATIVE)
+    stored = store.put_scanned(scanned(message_batch()))
+    assert stored.ok and [m.queue_offset for m in stored.messages] == [4, 5, 6, 7]
+    store.dispatch_pending()
+    assert store.max_offset_in_queue("TopicA", 1) == 8
