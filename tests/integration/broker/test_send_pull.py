@@ -10,6 +10,7 @@ import grpc
 import pytest
 from brokerkit import RunningBroker, start_broker, stop_broker
 
+from nativekit import use_path
 from orbitmq import native
 from orbitmq.common.rpc import failure_of
 from orbitmq.store.message_store import MessageStore
@@ -23,10 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(autouse=True, params=["c", "python"])
 def send_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test here runs on the C send path and on the Python path."""
-    if request.param == "python":
-        monkeypatch.setattr(native, "NATIVE", None)
-    else:
-        assert native.NATIVE is not None, "orbitmq._native is not built"
+    use_path(request.param, monkeypatch, native)
     return request.param
 
 

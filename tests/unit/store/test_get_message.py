@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from storekit import message
 
+from nativekit import use_path
 from orbitmq.common.clock import ManualClock
 from orbitmq.store import pull_read
 from orbitmq.store.config import BrokerRole
@@ -22,10 +23,7 @@ StoreFactory = Callable[..., MessageStore]
 @pytest.fixture(autouse=True, params=["c", "python"])
 def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every read here runs through the C record loop and through the Python one."""
-    if request.param == "python":
-        monkeypatch.setattr(pull_read, "NATIVE", None)
-    else:
-        assert pull_read.NATIVE is not None
+    use_path(request.param, monkeypatch, pull_read)
     return request.param
 
 

@@ -8,12 +8,14 @@ from collections.abc import Callable
 import pytest
 from storekit import message
 
+from nativekit import needs_native
 from orbitmq.common.clock import ManualClock
 from orbitmq.store import pull_read
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.results import GetStatus
 
 StoreFactory = Callable[..., MessageStore]
+pytestmark = needs_native
 HOUR_MS = 3_600_000
 
 

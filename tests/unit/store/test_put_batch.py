@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from storekit import message_batch
 
+from nativekit import use_path
 from orbitmq.common.clock import ManualClock
 from orbitmq.store import commitlog
 from orbitmq.store.commitlog import AppendedBatch
@@ -118,8 +119,7 @@ def test_units_cross_consume_queue_files_like_single_puts(tmp_path: Path, open_s
 @pytest.mark.parametrize("path", ["c", "python"])
 @pytest.mark.parametrize("store_host", ["10.0.0.1:10911", "[2001:db8::1]:10911"])
 def test_batch_msg_ids_are_offset_ids(store_host: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if path == "python":
-        monkeypatch.setattr(commitlog, "NATIVE", None)
+    use_path(path, monkeypatch, commitlog)
     sizes = [120, 5000, 1 << 20]
     first = (1 << 62) + 3
     appended = AppendedBatch(first, sizes, [0, 1, 2], 0, store_host, 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from storekit import message_batch, scanned, tiny_config
 
+from nativekit import needs_native
 from orbitmq.common.clock import ManualClock
 from orbitmq.native import NATIVE
 from orbitmq.store import commitlog
@@ -16,6 +17,7 @@ from orbitmq.store.record import HEADER_BYTES, MessageBatch, SysFlag, decode
 from orbitmq.store.results import PutStatus
 
 StoreFactory = Callable[..., MessageStore]
+pytestmark = needs_native
 
 
 def _records(store: MessageStore) -> list[bytes]:
