@@ -107,6 +107,29 @@ class Dispatcher:
             pending.clear()
         pending.append((appended.first_physical_offset, messages, appended))
 
+    def dispatch_appended(
+        self, messages: Sequence[InboundMessage] | MessageBatch | ScannedBatch, appended: AppendedBatch
+    ) -> bool:
+        """Dispatch records right after the put that wrote them, when nothing precedes them.
+
+        What :meth:`dispatch_pending` would do for them (units, index entries, growth notices),
+        without a trip through the pending queue or a later pass: the usual send is dispatched
+        before it is acknowledged. False when earlier records wait (replicated bytes, a backlog):
+        then ``messages`` are queued for :meth:`dispatch_pending` as :meth:`submit` does.
+        """
+        if self._pending or self.dispatched_offset != appended.first_physical_offset:
+            self.submit(messages, appended)
+            return False
+        work = _Pass()
+        if type(messages) is MessageBatch or type(messages) is ScannedBatch:
+            end = self._dispatch_columns(messages, appended, work)
+        else:
+            end = self._dispatch_batch(messages, appended, work)  # type: ignore[arg-type]
+        self._index_sink(work.indexed, end, work.last_timestamp)
+        self.dispatched_offset = end
+        self._notify(work.grown)
+        return True
+
     def dispatch_pending(self, max_bytes: int) -> int:
         """Dispatch up to about ``max_bytes`` of new records; returns how many bytes were consumed."""
         commitlog = self._commitlog

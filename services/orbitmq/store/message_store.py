@@ -102,6 +102,10 @@ class MessageStore:
             self.commitlog, self._queue_of, self.index.build_batch, config.delay_levels_ms
         )
         self._put_lock = threading.Lock()
+        self.dispatch_on_put = False
+        """Dispatch each put's records as part of the put when nothing precedes them (the running
+        broker's choice, see :class:`~orbitmq.store.service.StoreService`); off, puts only queue
+        them for :meth:`dispatch_pending`, which a library user calls when it likes."""
         self._topic_raw: dict[str, bytes] = {}
         """Validated topic names and their UTF-8 bytes."""
         self._hosts: set[str] = set()
@@ -399,7 +403,10 @@ class MessageStore:
         try:
             with self._put_lock:
                 appended = append(self.clock.now_ms())
-                self.dispatcher.submit(batch, appended)
+                if self.dispatch_on_put:
+                    self.dispatcher.dispatch_appended(batch, appended)
+                else:
+                    self.dispatcher.submit(batch, appended)
         except OSError as error:
             log.error("commit log append failed: %s", error)
             return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))

@@ -80,9 +80,9 @@ class StoreService:
     def __init__(self, config: StoreConfig, *, clock: Clock = SYSTEM_CLOCK, fsync: FsyncFn = os.fdatasync):
         self.config = config
         self.store = MessageStore(config, clock=clock, fsync=fsync)
+        self.store.dispatch_on_put = True  # a send's units exist (and held pulls wake) before its reply
         self._tasks = TaskSet(f"store:{config.data_dir.name}")
         self._dispatch_wakeup = asyncio.Event()
-        self._dispatch_scheduled = False
         self._group_commit: GroupCommitThread | None = None
         self._flush_waiters: list[tuple[int, float, asyncio.Future[bool]]] = []
         """(end offset, deadline on the loop clock, future answered True when flushed)."""
@@ -151,7 +151,8 @@ class StoreService:
     async def _stored(self, result: PutResult) -> PutResult:
         if not result.ok:
             return result
-        self._dispatch_appended()
+        if self.store.dispatcher.lag_bytes:  # records the put could not dispatch itself
+            self._dispatch_wakeup.set()
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             return await self._wait_flushed(result)
         return result
@@ -171,30 +172,6 @@ class StoreService:
         return result.with_status(
             PutStatus.FLUSH_DISK_TIMEOUT, f"fsync did not finish in {self.config.sync_flush_timeout_ms} ms"
         )
-
-    def _dispatch_appended(self) -> None:
-        """Have a put's records dispatched before the loop takes up anything else.
-
-        One pass right after the current callback covers every put of this loop iteration: with
-        many sends in flight, one consume-queue write, index header and growth notice for all
-        of them instead of a dispatch-loop wake-up and task step per send. A backlog is left to
-        the dispatch loop, which yields between chunks.
-        """
-        if not self._dispatch_scheduled:
-            self._dispatch_scheduled = True
-            asyncio.get_running_loop().call_soon(self._dispatch_now)
-
-    def _dispatch_now(self) -> None:
-        self._dispatch_scheduled = False
-        store = self.store
-        if store.dispatcher.lag_bytes > self.config.dispatch_chunk_bytes:
-            self._dispatch_wakeup.set()
-            return
-        try:
-            store.dispatch_pending()
-        finally:
-            if store.dispatcher.lag_bytes > 0:  # the rest, or a failure, for the loop to report
-                self._dispatch_wakeup.set()
 
     def wake_dispatcher(self) -> None:
         """Tell the dispatcher new bytes are in the log (replication appends raw data)."""
