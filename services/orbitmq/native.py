@@ -49,17 +49,7 @@ class Scanned(NamedTuple):
     """What :func:`scan_send` returns for a request the C path takes."""
 
     header: SendHeader
-    layout: bytes
-    """Where each message's parts are in the request: ``write``'s input, opaque to Python."""
-    count: int
-    payload_bytes: int
-    """Bodies plus encoded properties, over all messages."""
-    body_max: int
-    properties_max: int
-    """Longest body, longest encoded properties: checked against the store's limits."""
-    tags: list[str | None]
-    indexed: list[tuple[int, str | None, str | None]] | None
-    """(message index, KEYS, UNIQ_KEY) of the messages that carry either; None when none does."""
+    columns: record.ScanColumns
 
 
 def _agrees(module: ModuleType) -> str | None:
@@ -120,4 +110,4 @@ def scan_send(request: bytes, detour: tuple[bytes, ...]) -> Scanned | None:
     scanned = NATIVE.scan(request, _TAGS, _KEYS, _UNIQ, detour)
     if type(scanned) is str:
         return None
-    return Scanned(SendHeader._make(scanned[0]), *scanned[1:])
+    return Scanned(SendHeader._make(scanned[0]), record.ScanColumns._make(scanned[1:]))

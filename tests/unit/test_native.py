@@ -61,14 +61,14 @@ def test_scan_reads_every_column() -> None:
     )
     scanned = scan_send(data, DETOUR)
     assert scanned is not None
-    assert scanned.count == 3
-    assert scanned.body_max == 20
-    assert scanned.payload_bytes == 30 + len("TAGS\x01TagA\x02KEYS\x01k1 k2\x02") + len(
+    assert scanned.columns.count == 3
+    assert scanned.columns.body_max == 20
+    assert scanned.columns.payload_bytes == 30 + len("TAGS\x01TagA\x02KEYS\x01k1 k2\x02") + len(
         "TAGS\x01é\x02UNIQ_KEY\x01U2\x02X\x01y\x02".encode()
     )
-    assert scanned.properties_max == len("TAGS\x01é\x02UNIQ_KEY\x01U2\x02X\x01y\x02".encode())
-    assert scanned.tags == ["TagA", None, "é"]
-    assert scanned.indexed == [(0, "k1 k2", None), (2, None, "U2")]
+    assert scanned.columns.properties_max == len("TAGS\x01é\x02UNIQ_KEY\x01U2\x02X\x01y\x02".encode())
+    assert scanned.columns.tags == ["TagA", None, "é"]
+    assert scanned.columns.indexed == [(0, "k1 k2", None), (2, None, "U2")]
 
 
 def test_the_request_fields_read_as_protobuf_reads_them() -> None:
@@ -133,8 +133,8 @@ def test_strings_must_be_utf8_exactly_as_python_decodes_them() -> None:
 
 def test_consecutive_equal_tags_share_one_string() -> None:
     scanned = scan_send(_request(*(_message(TAGS="Same") for _ in range(5))), DETOUR)
-    assert scanned is not None and scanned.indexed is None
-    assert len({id(tag) for tag in scanned.tags}) == 1
+    assert scanned is not None and scanned.columns.indexed is None
+    assert len({id(tag) for tag in scanned.columns.tags}) == 1
 
 
 def _duplicate_key_message() -> bytes:
@@ -176,7 +176,7 @@ def test_unknown_fields_are_skipped_as_protobuf_skips_them() -> None:
     data = broker_pb2.SendMessageRequest(topic="TopicA").SerializeToString()
     data += b"\x22" + bytes([len(message + extra)]) + message + extra + b"\x50\x01"  # and field 10
     scanned = scan_send(data, DETOUR)
-    assert scanned is not None and scanned.payload_bytes == 3 + len("TAGS\x01T\x02")
+    assert scanned is not None and scanned.columns.payload_bytes == 3 + len("TAGS\x01T\x02")
     assert common_pb2.Message.FromString(message + extra).body == b"xyz"
 
 
@@ -216,7 +216,7 @@ def test_no_bytes_crash_the_scanner_or_the_writer(tmp_path) -> None:  # type: ig
             taken += 1
             shared = bytes(72)
             sizes = NATIVE.write(
-                bytes(data), scanned.layout, file.fileno(), 0, b"\x00\x06TopicA", shared, 2, 0, 1, 0
+                bytes(data), scanned.columns.layout, file.fileno(), 0, b"\x00\x06TopicA", shared, 2, 0, 1, 0
             )
             written = os.pread(file.fileno(), sum(sizes), 0)
             at = 0

@@ -104,7 +104,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 head.topic,
                 queue_id,
                 data,
-                *scanned[1:],
+                scanned.columns,
                 unpacked=lambda: self._columns(_parse_send(data), queue_id, born),
                 born_host=born[0],
                 born_timestamp_ms=born[1],

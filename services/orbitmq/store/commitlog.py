@@ -388,7 +388,7 @@ class CommitLog:
             raise ValueError(f"{segment.path}: {total_bytes} bytes at {position} overrun {segment.size}")
         sizes = NATIVE.write(
             batch.request,
-            batch.layout,
+            batch.columns.layout,
             segment.fileno(),
             position,
             U16.pack(len(topic_raw)) + topic_raw,

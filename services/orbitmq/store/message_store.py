@@ -354,17 +354,17 @@ class MessageStore:
         refused = self._refuses_writes()
         if refused is not None:
             return refused
-        topic_raw = self._topic_raw.get(batch.topic)
+        topic_raw, columns = self._topic_raw.get(batch.topic), batch.columns
         if (
             topic_raw is None
             or batch.topic == SCHEDULE_TOPIC  # its units are due times: the dispatcher needs DELAY
             or not self._shared_fields_known(batch)
-            or batch.body_max > self.config.max_message_bytes
-            or batch.properties_max > MAX_PROPERTIES_BYTES
+            or columns.body_max > self.config.max_message_bytes
+            or columns.properties_max > MAX_PROPERTIES_BYTES
         ):
             return self.put_batch(batch.unpacked())
-        total = batch.count * (RECORD_FIXED_BYTES + len(topic_raw)) + batch.payload_bytes
-        refused = self._refuses_size(batch.count, total)
+        total = columns.count * (RECORD_FIXED_BYTES + len(topic_raw)) + columns.payload_bytes
+        refused = self._refuses_size(columns.count, total)
         if refused is not None:
             return refused
         return self._append(batch, lambda now: self.commitlog.append_scanned(batch, topic_raw, total, now))

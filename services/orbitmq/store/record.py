@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from enum import IntFlag
 from functools import lru_cache
 from operator import methodcaller
-from typing import Any
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -324,13 +324,29 @@ class MessageBatch:
         )
 
 
+class ScanColumns(NamedTuple):
+    """What the C scanner read from the messages of a send (see :mod:`orbitmq.native`)."""
+
+    layout: bytes
+    """Where each message's parts are in the request: the record writer's input, opaque here."""
+    count: int
+    payload_bytes: int
+    """Bodies plus encoded properties, over all messages."""
+    body_max: int
+    properties_max: int
+    """Longest body, longest encoded properties: checked against the store's limits."""
+    tags: list[str | None]
+    indexed: list[tuple[int, str | None, str | None]] | None
+    """(message index, KEYS, UNIQ_KEY) of the messages that carry either; None when none does."""
+
+
 @dataclass(slots=True)
 class ScannedBatch:
     """The messages of one send still in the request's bytes, checked by the C scanner.
 
     The C path's counterpart of :class:`MessageBatch` (see :mod:`orbitmq.native`): no Python
-    object per message, only the columns the dispatcher needs (``tags``, ``indexed``) and the
-    scanner's ``layout`` for the record writer. ``unpacked`` gives the same messages as a
+    object per message, only what the scanner read (:class:`ScanColumns`: the dispatcher's
+    ``tags`` and ``indexed``, the record writer's ``layout``). ``unpacked`` gives the same messages as a
     :class:`MessageBatch`; the store puts that instead whenever a check fails, so refusals
     have one source.
     """
@@ -338,13 +354,7 @@ class ScannedBatch:
     topic: str
     queue_id: int
     request: bytes
-    layout: bytes
-    count: int
-    payload_bytes: int
-    body_max: int
-    properties_max: int
-    tags: list[str | None]
-    indexed: list[tuple[int, str | None, str | None]] | None
+    columns: ScanColumns
     unpacked: Callable[[], MessageBatch]
     sys_flag: int = 0
     born_timestamp_ms: int = 0
@@ -352,7 +362,19 @@ class ScannedBatch:
     reconsume_times: int = 0
 
     def __len__(self) -> int:
-        return self.count
+        return self.columns.count
+
+    @property
+    def count(self) -> int:
+        return self.columns.count
+
+    @property
+    def tags(self) -> list[str | None]:
+        return self.columns.tags
+
+    @property
+    def indexed(self) -> list[tuple[int, str | None, str | None]] | None:
+        return self.columns.indexed
 
     @property
     def first_unique_key(self) -> str | None:

@@ -8,6 +8,7 @@ from typing import Any
 from orbitmq.native import scan_send
 from orbitmq.store.config import StoreConfig
 from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch
+from orbitmq.store.results import PutStatus
 from orbitmq.v1 import broker_pb2, common_pb2
 
 TINY = {
@@ -45,6 +46,22 @@ def message_batch(**overrides: object) -> MessageBatch:
     return MessageBatch(**fields)  # type: ignore[arg-type]
 
 
+REFUSALS: list[tuple[dict[str, object], PutStatus, str]] = [
+    ({"topic": "bad topic!"}, PutStatus.MESSAGE_ILLEGAL, "invalid topic name 'bad topic!'"),
+    ({"queue_id": 70_000}, PutStatus.MESSAGE_ILLEGAL, "queue id 70000"),
+    ({"born_host": "nowhere"}, PutStatus.MESSAGE_ILLEGAL, "'nowhere'"),
+    ({"reconsume_times": -2}, PutStatus.MESSAGE_ILLEGAL, "-2"),
+    ({"bodies": [b"ok", bytes(16 * 1024 + 1), b"", b""]}, PutStatus.MESSAGE_ILLEGAL, "16385 bytes"),
+    (
+        {"properties": [{}, {"X": "v" * 40_000}, {}, {}]},
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        "exceed the limit of 32767",
+    ),
+]
+"""Bad batches (overrides of :func:`message_batch`), their status and a part of the reason: the
+same for a put of columns and a put of scanned bytes."""
+
+
 def request_bytes(batch: MessageBatch) -> bytes:
     """The SendMessageRequest a producer would send for ``batch``."""
     return broker_pb2.SendMessageRequest(
@@ -76,7 +93,7 @@ def scanned(batch: MessageBatch, *, refused: bool = False) -> ScannedBatch:
         batch.topic,
         batch.queue_id,
         data,
-        *scan[1:],
+        scan.columns,
         unpacked=unpacked,
         sys_flag=batch.sys_flag,
         born_timestamp_ms=batch.born_timestamp_ms,

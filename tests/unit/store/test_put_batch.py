@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from storekit import message_batch
+from storekit import REFUSALS, message_batch
 
 from nativekit import use_path
 from orbitmq.common.clock import ManualClock
@@ -63,17 +63,8 @@ def test_prepared_batches_take_no_queue_offset(open_store: StoreFactory) -> None
 @pytest.mark.parametrize(
     ("overrides", "status", "reason"),
     [
-        ({"topic": "bad topic!"}, PutStatus.MESSAGE_ILLEGAL, "invalid topic name 'bad topic!'"),
-        ({"queue_id": 70_000}, PutStatus.MESSAGE_ILLEGAL, "queue id 70000"),
-        ({"born_host": "nowhere"}, PutStatus.MESSAGE_ILLEGAL, "'nowhere'"),
-        ({"reconsume_times": -2}, PutStatus.MESSAGE_ILLEGAL, "-2"),
-        ({"bodies": [b"ok", bytes(16 * 1024 + 1), b"", b""]}, PutStatus.MESSAGE_ILLEGAL, "16385 bytes"),
+        *REFUSALS,
         ({"bodies": [b"ok", "text", b"", b""]}, PutStatus.MESSAGE_ILLEGAL, "body must be bytes"),
-        (
-            {"properties": [{}, {"X": "v" * 40_000}, {}, {}]},
-            PutStatus.PROPERTIES_SIZE_EXCEEDED,
-            "exceed the limit of 32767",
-        ),
         ({"properties": [{}, {}, {"X": "a\x01b"}, {}]}, PutStatus.MESSAGE_ILLEGAL, "must not contain"),
         ({"properties": [{"": "v"}, {}, {}, {}]}, PutStatus.MESSAGE_ILLEGAL, "must not be empty"),
         ({"properties": [{"A": "1"}, {"\x01B": "2"}, {}, {}]}, PutStatus.MESSAGE_ILLEGAL, "must not contain"),

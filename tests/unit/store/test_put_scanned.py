@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from storekit import message_batch, scanned, tiny_config
+from storekit import REFUSALS, message_batch, scanned, tiny_config
 
 from nativekit import needs_native
 from orbitmq.common.clock import ManualClock
@@ -88,21 +88,7 @@ def test_prepared_scanned_batches_take_no_queue_offset(open_store: StoreFactory)
     assert result.ok and [m.queue_offset for m in result.messages] == [0, 0, 0, 0]
 
 
-@pytest.mark.parametrize(
-    ("overrides", "status", "reason"),
-    [
-        ({"topic": "bad topic!"}, PutStatus.MESSAGE_ILLEGAL, "invalid topic name 'bad topic!'"),
-        ({"queue_id": 70_000}, PutStatus.MESSAGE_ILLEGAL, "queue id 70000"),
-        ({"born_host": "nowhere"}, PutStatus.MESSAGE_ILLEGAL, "'nowhere'"),
-        ({"reconsume_times": -2}, PutStatus.MESSAGE_ILLEGAL, "-2"),
-        ({"bodies": [b"ok", bytes(16 * 1024 + 1), b"", b""]}, PutStatus.MESSAGE_ILLEGAL, "16385 bytes"),
-        (
-            {"properties": [{}, {"X": "v" * 40_000}, {}, {}]},
-            PutStatus.PROPERTIES_SIZE_EXCEEDED,
-            "exceed the limit of 32767",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("overrides", "status", "reason"), REFUSALS)
 def test_refusals_read_as_put_batch_gives_them(
     open_store: StoreFactory, overrides: dict[str, object], status: PutStatus, reason: str
 ) -> None:
