@@ -918,29 +918,37 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The layout this build was compiled with: orbitmq/native.py compares it with the source tree. */
+static const struct {
+    const char *name;
+    long value;
+} constants[] = {
+    {"REQUEST_PRODUCER_GROUP", REQUEST_PRODUCER_GROUP},
+    {"REQUEST_TOPIC", REQUEST_TOPIC},
+    {"REQUEST_QUEUE_ID", REQUEST_QUEUE_ID},
+    {"REQUEST_MESSAGES", REQUEST_MESSAGES},
+    {"REQUEST_BORN_TIMESTAMP_MS", REQUEST_BORN_TIMESTAMP},
+    {"REQUEST_BORN_HOST", REQUEST_BORN_HOST},
+    {"REQUEST_SYS_FLAG", REQUEST_SYS_FLAG},
+    {"REQUEST_RECONSUME_TIMES", REQUEST_RECONSUME_TIMES},
+    {"REQUEST_DEFAULT_TOPIC_QUEUE_NUMS", REQUEST_DEFAULT_QUEUE_NUMS},
+    {"MESSAGE_TOPIC", MESSAGE_TOPIC},
+    {"MESSAGE_BODY", MESSAGE_BODY},
+    {"MESSAGE_PROPERTIES", MESSAGE_PROPS},
+    {"MESSAGE_FLAG", MESSAGE_FLAG},
+    {"MESSAGE_MAGIC", (long)MESSAGE_MAGIC},
+    {"HEADER_BYTES", HEADER_BYTES},
+    {"SHARED_POSITION", SHARED_POS},
+    {"SHARED_BYTES", SHARED_BYTES},
+    {"UNIT_BYTES", UNIT_BYTES},
+};
+
 static int exec_module(PyObject *module) {
     crc_init();
-    if (PyModule_AddIntConstant(module, "REQUEST_PRODUCER_GROUP", REQUEST_PRODUCER_GROUP) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_TOPIC", REQUEST_TOPIC) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_QUEUE_ID", REQUEST_QUEUE_ID) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_MESSAGES", REQUEST_MESSAGES) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_BORN_TIMESTAMP_MS", REQUEST_BORN_TIMESTAMP) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_BORN_HOST", REQUEST_BORN_HOST) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_SYS_FLAG", REQUEST_SYS_FLAG) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_RECONSUME_TIMES", REQUEST_RECONSUME_TIMES) < 0 ||
-        PyModule_AddIntConstant(module, "REQUEST_DEFAULT_TOPIC_QUEUE_NUMS", REQUEST_DEFAULT_QUEUE_NUMS) < 0 ||
-        PyModule_AddIntConstant(module, "MESSAGE_TOPIC", MESSAGE_TOPIC) < 0 ||
-        PyModule_AddIntConstant(module, "MESSAGE_BODY", MESSAGE_BODY) < 0 ||
-        PyModule_AddIntConstant(module, "MESSAGE_PROPERTIES", MESSAGE_PROPS) < 0 ||
-        PyModule_AddIntConstant(module, "MESSAGE_FLAG", MESSAGE_FLAG) < 0 ||
-        PyModule_AddIntConstant(module, "MESSAGE_MAGIC", (long)MESSAGE_MAGIC) < 0 ||
-        PyModule_AddIntConstant(module, "HEADER_BYTES", HEADER_BYTES) < 0 ||
-        PyModule_AddIntConstant(module, "SHARED_POSITION", SHARED_POS) < 0 ||
-        PyModule_AddIntConstant(module, "SHARED_BYTES", SHARED_BYTES) < 0 ||
-        PyModule_AddIntConstant(module, "UNIT_BYTES", UNIT_BYTES) < 0 ||
-        PyModule_AddIntConstant(module, "CRC_HARDWARE", crc_hardware) < 0)
-        return -1;
-    return 0;
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
+        if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)
+            return -1;
+    return PyModule_AddIntConstant(module, "CRC_HARDWARE", crc_hardware);
 }
 
 static PyModuleDef_Slot slots[] = {
