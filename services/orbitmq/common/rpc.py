@@ -142,18 +142,25 @@ async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield request
 
 
-class ErrorMappingRegistrar:
-    """Stands in for a ``grpc.aio.Server`` while generated code registers a service, and
-    registers each of its handlers wrapped: :class:`RpcFailure` (and unparseable requests)
-    become statuses with ErrorInfo.
+class GenericRegistrar:
+    """Stands in for a ``grpc.aio.Server`` while generated code registers a service, and hands
+    its handlers to the server as generic handlers only, each wrapped by ``wrap``.
 
-    Wrapping once here, rather than in a server interceptor, keeps the per-call cost at one
-    extra coroutine frame: grpc.aio runs interceptors on every call, which took about 10 % of
-    a bare echo server's calls a second (``benchmarks/README.md``).
+    Generated code registers every service twice over: as a generic handler, and method by
+    method as "registered methods". grpc.aio keeps one pending request per registered method
+    and, for every incoming call, waits on all of them with ``asyncio.wait``: each registered
+    method costs each call about a microsecond, so the Broker service's 32 methods added about
+    20 % to the CPU a send takes on top of a bare echo server (``benchmarks/README.md``). A
+    generic handler is one dictionary lookup per call.
     """
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        wrap: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler] = lambda handler, _: handler,
+    ) -> None:
         self._server = server
+        self._wrap = wrap
         self.services: list[str] = []
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
@@ -164,13 +171,32 @@ class ErrorMappingRegistrar:
         self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
     ) -> None:
         self.services.append(service)
-        wrapped = {name: with_error_mapping(h, f"/{service}/{name}") for name, h in handlers.items()}
+        wrapped = {name: self._wrap(h, f"/{service}/{name}") for name, h in handlers.items()}
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
-        self._server.add_registered_method_handlers(service, wrapped)
+
+    def check(self, *expected: str) -> None:
+        """The registration went through :meth:`add_registered_method_handlers` for exactly
+        ``expected`` (older generated code only calls the ignored generic registration)."""
+        if self.services != list(expected):
+            raise TypeError(
+                f"registering {', '.join(expected)} added registered method handlers for "
+                f"{self.services}: regenerate the gRPC code (scripts/gen-protos) with grpcio-tools >= 1.62"
+            )
+
+
+def error_mapping_registrar(server: grpc.aio.Server) -> GenericRegistrar:
+    """A :class:`GenericRegistrar` whose handlers answer failures with reasons: :class:`RpcFailure`
+    (and unparseable requests) become statuses with ErrorInfo.
+
+    Wrapping once at registration, rather than in a server interceptor, keeps the per-call cost
+    at one extra coroutine frame: grpc.aio runs interceptors on every call, which took about
+    10 % of a bare echo server's calls a second (``benchmarks/README.md``).
+    """
+    return GenericRegistrar(server, with_error_mapping)
 
 
 def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    """``handler`` answering failures with reasons (see :class:`ErrorMappingRegistrar`)."""
+    """``handler`` answering failures with reasons (see :func:`error_mapping_registrar`)."""
     behaviour = handler.unary_unary or handler.stream_stream
     raw = getattr(behaviour, "takes_request_bytes", False)
     parse = _safe_deserializer(None if raw else handler.request_deserializer, method)

@@ -14,12 +14,14 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
-from orbitmq.common.rpc import ErrorMappingRegistrar
+from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar
 
 log = logging.getLogger(__name__)
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest gRPC message: a 4 MiB body and a full batch fit with room to spare."""
@@ -55,7 +57,9 @@ class GrpcServer:
         self.registry = registry or CollectorRegistry()
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
+        registrar = GenericRegistrar(self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, registrar)  # type: ignore[arg-type]
+        registrar.check(HEALTH_SERVICE)
         self._services: list[str] = []
         self._metrics_http: Any = None
         self.port = 0
@@ -63,14 +67,10 @@ class GrpcServer:
 
     def add_service(self, full_name: str, register: Callable[[grpc.aio.Server], None]) -> None:
         """``register`` is the generated ``add_XServicer_to_server`` bound to a servicer; its
-        handlers are registered with orbitmq's error mapping (:class:`ErrorMappingRegistrar`)."""
-        registrar = ErrorMappingRegistrar(self.server)
+        handlers are registered with orbitmq's error mapping (:func:`error_mapping_registrar`)."""
+        registrar = error_mapping_registrar(self.server)
         register(registrar)  # type: ignore[arg-type]
-        if registrar.services != [full_name]:
-            raise TypeError(
-                f"registering {full_name} added registered method handlers for {registrar.services}: "
-                "regenerate the gRPC code (scripts/gen-protos) with grpcio-tools >= 1.62"
-            )
+        registrar.check(full_name)
         self._services.append(full_name)
 
     @property
@@ -97,14 +97,12 @@ class GrpcServer:
 
     async def start(self) -> None:
         self.bind()
-        reflection.enable_server_reflection(
-            [
-                *self._services,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ],
-            self.server,
+        registrar = GenericRegistrar(self.server)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer([*self._services, HEALTH_SERVICE, reflection.SERVICE_NAME]),
+            registrar,  # type: ignore[arg-type]
         )
+        registrar.check(reflection.SERVICE_NAME)
         await self.server.start()
         for service in ["", *self._services]:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
