@@ -7,10 +7,11 @@
  * core. Here the same work is two passes over the request bytes:
  *
  *   scan()   walks the SendMessageRequest wire format, checks every message and returns the
- *            columns the broker still needs in Python (tags, index keys) plus a compact layout
- *            of where each message's parts are in the request;
- *   write()  builds the records of DESIGN's commit-log format from that layout and writes
- *            them to the segment file with one pwrite, without holding the GIL.
+ *            columns the broker still needs in Python (index keys) plus a compact layout of
+ *            where each message's parts are in the request, with its tag code;
+ *   write()  builds the records of DESIGN's commit-log format from that layout, writes them
+ *            to the segment file with one pwrite without holding the GIL, and returns their
+ *            consume-queue units, so the dispatcher copies them as they are.
  *
  * Everything unusual (a delayed or transactional message, a separator inside a property,
  * a duplicate map key, an odd wire shape) is not handled here: scan() names the reason and the
@@ -47,6 +48,7 @@
 #define SHARED_POS 36 /* sys_flag .. prepared transaction offset: the same for a whole send */
 #define SHARED_BYTES 72
 #define MAX_ENTRIES 64 /* more properties than this: the Python path */
+#define UNIT_BYTES 20  /* consume-queue unit: physical offset i64, size i32, tag code i64 */
 
 /* -- CRC-32C ------------------------------------------------------------------------------- */
 
@@ -108,6 +110,27 @@ static uint32_t crc32c(uint32_t value, const uint8_t *p, size_t n) {
         return ~crc_sse42(crc, p, n);
 #endif
     return ~crc_software(crc, p, n);
+}
+
+/* -- CRC-32 (zlib's): the consume queue's tag code ----------------------------------------- */
+
+static uint32_t tag_crc_table[256];
+
+static void tag_crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+        tag_crc_table[i] = c;
+    }
+}
+
+/* record.tags_code: zlib.crc32 of the tag's UTF-8 bytes (0 for no tag or an empty one). */
+static uint32_t tag_code(const uint8_t *p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n--)
+        crc = (crc >> 8) ^ tag_crc_table[(crc ^ *p++) & 0xFF];
+    return ~crc;
 }
 
 /* -- protobuf wire format ------------------------------------------------------------------ */
@@ -226,6 +249,7 @@ typedef struct {
     uint32_t body_off, body_len;
     uint32_t properties_len; /* encoded: name \x01 value \x02 per entry */
     int32_t flag;
+    uint32_t tag_code; /* of the TAGS property: the consume-queue unit's third field */
 } Layout;
 
 typedef struct {
@@ -295,12 +319,11 @@ static const char *not_text(void) {
     return "utf-8";
 }
 
-/* One Message: checks it, fills its layout, appends its tag and index entry (if any).
+/* One Message: checks it, fills its layout (with its tag code), appends its index entry (if any).
  * Returns the reason to leave the request to Python, NULL when taken, or (const char *)-1 with
  * a Python exception set. */
 static const char *scan_message(const uint8_t *base, const Field *m, const Field *topic, const Names *names,
-                                Layout *out, PyObject *tags, PyObject **indexed, Py_ssize_t index,
-                                PyObject **last_tag) {
+                                Layout *out, PyObject **indexed, Py_ssize_t index) {
     const uint8_t *p = m->data, *end = m->data + m->len;
     Entry entries[MAX_ENTRIES];
     int count = 0, seen_topic = 0, seen_body = 0, seen_flag = 0;
@@ -359,21 +382,8 @@ static const char *scan_message(const uint8_t *base, const Field *m, const Field
             break;
         }
     }
-    /* The tag: consecutive messages mostly share it, so they share one str as well. */
-    if (tag != NULL) {
-        PyObject *tag_text;
-        if (*last_tag != NULL && PyUnicode_GET_LENGTH(*last_tag) == (Py_ssize_t)tag->value_len &&
-               PyUnicode_IS_ASCII(*last_tag) && memcmp(PyUnicode_DATA(*last_tag), tag->value, tag->value_len) == 0) {
-            tag_text = Py_NewRef(*last_tag);
-        } else {
-            tag_text = text(tag);
-            if (tag_text == NULL)
-                return not_text();
-            Py_XSETREF(*last_tag, Py_NewRef(tag_text));
-        }
-        if (PyList_SetItem(tags, index, tag_text) < 0)
-            return (const char *)-1;
-    }
+    if (tag != NULL)
+        out->tag_code = tag_code(tag->value, tag->value_len);
     if (keys || uniq) {
         if (*indexed == NULL && (*indexed = PyList_New(0)) == NULL)
             return (const char *)-1;
@@ -447,11 +457,12 @@ static void names_release(Names *names, PyObject *detour_seq) {
 PyDoc_STRVAR(scan_doc,
              "scan(request, tags_name, keys_name, uniq_name, detour_names)\n--\n\n"
              "Scan a SendMessageRequest's bytes. Returns a str naming why the Python path must take\n"
-             "the request, or (header, layout, count, payload_bytes, body_max, properties_max, tags,\n"
-             "indexed). header: (producer_group, topic, queue_id, born_timestamp_ms, born_host,\n"
-             "sys_flag, reconsume_times, default_topic_queue_nums); layout: for write(); tags: each\n"
-             "message's TAGS value or None; indexed: None or a list of (index, KEYS value or None,\n"
-             "UNIQ_KEY value or None) for the messages that carry either.");
+             "the request, or a Scanned(header, columns): header a SendHeader(producer_group, topic,\n"
+             "queue_id, born_timestamp_ms, born_host, sys_flag, reconsume_times,\n"
+             "default_topic_queue_nums); columns a ScanColumns(layout, count, payload_bytes, body_max,\n"
+             "properties_max, indexed). layout: for write(), with each message's tag code; indexed:\n"
+             "None or a list of (index, KEYS value or None, UNIQ_KEY value or None) for the messages\n"
+             "that carry either.");
 
 /* The request's own fields, read as protobuf reads them: the last occurrence wins. */
 typedef struct {
@@ -514,11 +525,46 @@ static const char *read_header(const uint8_t *p, const uint8_t *end, Header *h, 
     return *count ? NULL : "empty";
 }
 
-static PyObject *header_tuple(const Header *h) {
-    return Py_BuildValue("(s#s#iLs#iii)", (const char *)h->producer_group.data, (Py_ssize_t)h->producer_group.len,
-                         (const char *)h->topic.data, (Py_ssize_t)h->topic.len, h->queue_id,
-                         (long long)h->born_timestamp, (const char *)h->born_host.data, (Py_ssize_t)h->born_host.len,
-                         h->sys_flag, h->reconsume_times, h->default_queue_nums);
+/* scan()'s results are struct sequences (named tuples made in C): building a Python
+ * NamedTuple costs a Python-level call each, a few of a send's microseconds. native.py checks
+ * that their field names are those of its NamedTuples, which document them. */
+static PyStructSequence_Field header_fields[] = {
+    {"producer_group", NULL}, {"topic", NULL},   {"queue_id", NULL},        {"born_timestamp_ms", NULL},
+    {"born_host", NULL},      {"sys_flag", NULL}, {"reconsume_times", NULL}, {"default_topic_queue_nums", NULL},
+    {NULL, NULL},
+};
+static PyStructSequence_Field columns_fields[] = {
+    {"layout", NULL},         {"count", NULL},   {"payload_bytes", NULL}, {"body_max", NULL},
+    {"properties_max", NULL}, {"indexed", NULL}, {NULL, NULL},
+};
+static PyStructSequence_Field scanned_fields[] = {{"header", NULL}, {"columns", NULL}, {NULL, NULL}};
+static PyStructSequence_Desc header_desc = {"orbitmq._native.SendHeader", "A SendMessageRequest's own fields.",
+                                            header_fields, 8};
+static PyStructSequence_Desc columns_desc = {"orbitmq._native.ScanColumns", "What scan() read from the messages.",
+                                             columns_fields, 6};
+static PyStructSequence_Desc scanned_desc = {"orbitmq._native.Scanned", "scan()'s result for a request it takes.",
+                                             scanned_fields, 2};
+static PyTypeObject *header_type, *columns_type, *scanned_type;
+
+/* A struct sequence of `type` holding the items of `values` (a new tuple, consumed). */
+static PyObject *as_struct(PyTypeObject *type, PyObject *values) {
+    if (values == NULL)
+        return NULL;
+    PyObject *result = PyStructSequence_New(type);
+    if (result != NULL)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++)
+            PyStructSequence_SET_ITEM(result, i, Py_NewRef(PyTuple_GET_ITEM(values, i)));
+    Py_DECREF(values);
+    return result;
+}
+
+static PyObject *header_struct(const Header *h) {
+    return as_struct(header_type,
+                     Py_BuildValue("(s#s#iLs#iii)", (const char *)h->producer_group.data,
+                                   (Py_ssize_t)h->producer_group.len, (const char *)h->topic.data,
+                                   (Py_ssize_t)h->topic.len, h->queue_id, (long long)h->born_timestamp,
+                                   (const char *)h->born_host.data, (Py_ssize_t)h->born_host.len, h->sys_flag,
+                                   h->reconsume_times, h->default_queue_nums));
 }
 
 static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -528,7 +574,7 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_buffer raw;
     Names names;
-    PyObject *detour_seq = NULL, *layout = NULL, *tags = NULL, *indexed = NULL, *last_tag = NULL, *header = NULL;
+    PyObject *detour_seq = NULL, *layout = NULL, *indexed = NULL, *header = NULL;
     PyObject *result = NULL;
     if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -547,11 +593,8 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (totals.reason)
         goto done;
     layout = PyBytes_FromStringAndSize(NULL, totals.count * (Py_ssize_t)sizeof(Layout));
-    tags = PyList_New(totals.count);
-    if (layout == NULL || tags == NULL)
+    if (layout == NULL)
         goto error;
-    for (Py_ssize_t i = 0; i < totals.count; i++)
-        PyList_SET_ITEM(tags, i, Py_NewRef(Py_None));
     Layout *entry = (Layout *)PyBytes_AS_STRING(layout);
     Py_ssize_t index = 0;
     for (p = base; p < end;) {
@@ -559,7 +602,7 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         next_field(&p, end, &f); /* cannot fail: the first pass read the same bytes */
         if (f.number != REQUEST_MESSAGES)
             continue;
-        const char *reason = scan_message(base, &f, &h.topic, &names, &entry[index], tags, &indexed, index, &last_tag);
+        const char *reason = scan_message(base, &f, &h.topic, &names, &entry[index], &indexed, index);
         if (reason == (const char *)-1)
             goto error;
         if (reason) {
@@ -574,21 +617,24 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             totals.properties_max = l->properties_len;
         index++;
     }
-    header = header_tuple(&h);
+    header = header_struct(&h);
     if (header == NULL)
         goto error;
 done:
     if (totals.reason)
         result = PyUnicode_FromString(totals.reason);
-    else
-        result = Py_BuildValue("(OOnKIIOO)", header, layout, totals.count, (unsigned long long)totals.payload,
-                               totals.body_max, totals.properties_max, tags, indexed ? indexed : Py_None);
+    else {
+        PyObject *columns =
+            as_struct(columns_type, Py_BuildValue("(OnKIIO)", layout, totals.count, (unsigned long long)totals.payload,
+                                                  totals.body_max, totals.properties_max, indexed ? indexed : Py_None));
+        if (columns != NULL)
+            result = as_struct(scanned_type, Py_BuildValue("(OO)", header, columns));
+        Py_XDECREF(columns);
+    }
 error:
     Py_XDECREF(header);
     Py_XDECREF(layout);
-    Py_XDECREF(tags);
     Py_XDECREF(indexed);
-    Py_XDECREF(last_tag);
     names_release(&names, detour_seq);
     PyBuffer_Release(&raw);
     return result;
@@ -634,7 +680,8 @@ PyDoc_STRVAR(write_doc,
              "Write the records of a scanned request to ``fd`` at ``file_position`` (one pwrite, the\n"
              "GIL released). topic_part: u16 length + topic; shared: header bytes 36..108. Record i\n"
              "gets queue offset queue_offset + i * queue_offset_step and the physical offset after\n"
-             "record i - 1. Returns the records' sizes.");
+             "record i - 1. Returns (sizes, units): the records' sizes, and their consume-queue units\n"
+             "(physical offset, size, tag code; 20 bytes each, big-endian) for the dispatcher.");
 
 static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
@@ -658,7 +705,7 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     Py_buffer raw, layout, topic_part, shared;
-    PyObject *sizes = NULL;
+    PyObject *sizes = NULL, *units = NULL, *result = NULL;
     uint8_t *out = NULL;
     if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -685,15 +732,15 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
         total += HEADER_BYTES + l->body_len + (size_t)topic_part.len + 2 + l->properties_len;
     }
     sizes = PyList_New(count);
+    units = PyBytes_FromStringAndSize(NULL, count * UNIT_BYTES);
     out = PyMem_RawMalloc(total ? total : 1);
-    if (sizes == NULL || out == NULL) {
+    if (sizes == NULL || units == NULL || out == NULL) {
         if (out == NULL)
             PyErr_NoMemory();
-        Py_CLEAR(sizes);
         goto release_all;
     }
     const uint8_t *base = raw.buf;
-    uint8_t *at = out;
+    uint8_t *at = out, *unit = (uint8_t *)PyBytes_AS_STRING(units);
     for (Py_ssize_t i = 0; i < count; i++) {
         const Layout *l = &entries[i];
         uint8_t *record = at;
@@ -718,18 +765,18 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
         at = put_properties(base, l, at + 2);
         if ((size_t)(at - record) != size) { /* scan() and write() disagree: never write that */
             PyErr_SetString(PyExc_RuntimeError, "write(): encoded record size differs from the scanned size");
-            Py_CLEAR(sizes);
             goto release_all;
         }
         PyList_SET_ITEM(sizes, i, PyLong_FromUnsignedLong(size));
+        put64(unit, (uint64_t)physical);
+        put32(unit + 8, size);
+        put64(unit + 12, l->tag_code);
+        unit += UNIT_BYTES;
         physical += size;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (PyList_GET_ITEM(sizes, i) == NULL) {
-            Py_CLEAR(sizes);
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (PyList_GET_ITEM(sizes, i) == NULL)
             goto release_all;
-        }
-    }
     size_t done = 0;
     int error = 0;
     Py_BEGIN_ALLOW_THREADS;
@@ -751,9 +798,12 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
     if (error) {
         errno = error;
         PyErr_SetFromErrno(PyExc_OSError);
-        Py_CLEAR(sizes);
+    } else {
+        result = PyTuple_Pack(2, sizes, units);
     }
 release_all:
+    Py_XDECREF(sizes);
+    Py_XDECREF(units);
     PyMem_RawFree(out);
     PyBuffer_Release(&shared);
 release_topic:
@@ -762,12 +812,10 @@ release_layout:
     PyBuffer_Release(&layout);
 release_raw:
     PyBuffer_Release(&raw);
-    return sizes;
+    return result;
 }
 
 /* -- read --------------------------------------------------------------------------------- */
-
-#define UNIT_BYTES 20 /* consume-queue unit: physical offset i64, size i32, tag code i64 */
 
 static inline int64_t get64(const uint8_t *p) {
     return (int64_t)((uint64_t)p[0] << 56 | (uint64_t)p[1] << 48 | (uint64_t)p[2] << 40 | (uint64_t)p[3] << 32 |
@@ -945,6 +993,22 @@ static const struct {
 
 static int exec_module(PyObject *module) {
     crc_init();
+    tag_crc_init();
+    const struct {
+        PyStructSequence_Desc *desc;
+        PyTypeObject **type;
+        const char *name;
+    } structs[] = {
+        {&header_desc, &header_type, "SendHeader"},
+        {&columns_desc, &columns_type, "ScanColumns"},
+        {&scanned_desc, &scanned_type, "Scanned"},
+    };
+    for (size_t i = 0; i < sizeof structs / sizeof structs[0]; i++) {
+        if (*structs[i].type == NULL && (*structs[i].type = PyStructSequence_NewType(structs[i].desc)) == NULL)
+            return -1;
+        if (PyModule_AddObjectRef(module, structs[i].name, (PyObject *)*structs[i].type) < 0)
+            return -1;
+    }
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)
             return -1;

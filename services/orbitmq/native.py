@@ -33,7 +33,11 @@ ENV = "ORBITMQ_NATIVE"
 
 
 class SendHeader(NamedTuple):
-    """A SendMessageRequest's own fields, named as in the proto (so code reads either)."""
+    """A SendMessageRequest's own fields, named as in the proto (so code reads either).
+
+    The C module returns struct sequences of its own with these fields (and those of
+    :class:`Scanned` and :class:`orbitmq.store.record.ScanColumns`): a NamedTuple costs a
+    Python-level call to build. :func:`_agrees` checks that the field names match."""
 
     producer_group: str
     topic: str
@@ -73,6 +77,10 @@ def _agrees(module: ModuleType) -> str | None:
     for name, value in expected.items():
         if getattr(module, name, None) != value:
             return f"{name} is {getattr(module, name, None)!r} in the extension, {value!r} here"
+    for shape in (SendHeader, record.ScanColumns, Scanned):
+        fields = getattr(getattr(module, shape.__name__, None), "__match_args__", None)
+        if fields != shape._fields:
+            return f"{shape.__name__} has fields {fields} in the extension, {shape._fields} here"
     return None
 
 
@@ -108,6 +116,4 @@ def scan_send(request: bytes, detour: tuple[bytes, ...]) -> Scanned | None:
     if NATIVE is None:
         return None
     scanned = NATIVE.scan(request, _TAGS, _KEYS, _UNIQ, detour)
-    if type(scanned) is str:
-        return None
-    return Scanned(SendHeader._make(scanned[0]), record.ScanColumns._make(scanned[1:]))
+    return None if type(scanned) is str else scanned  # type: ignore[no-any-return]

@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import random
 import types
+from itertools import accumulate
+from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from crc32c import crc32c
@@ -13,6 +16,8 @@ from crc32c import crc32c
 from nativekit import needs_native, why_no_native
 from orbitmq import native
 from orbitmq.native import NATIVE, scan_send
+from orbitmq.store.consume_queue import UNIT
+from orbitmq.store.record import tags_code
 from orbitmq.v1 import broker_pb2, common_pb2
 
 DETOUR = (b"DELAY", b"TRAN_MSG")
@@ -25,6 +30,22 @@ def _request(*messages: common_pb2.Message, topic: str = "TopicA") -> bytes:
 
 def _message(body: bytes = b"body", flag: int = 0, topic: str = "", **properties: str) -> common_pb2.Message:
     return common_pb2.Message(topic=topic, body=body, properties=properties, flag=flag)
+
+
+def _write(
+    data: bytes, scanned: native.Scanned, file: BinaryIO, physical: int = 0
+) -> tuple[list[int], bytes]:
+    """Write a scan's records at the start of ``file``: (sizes, consume-queue units)."""
+    assert NATIVE is not None
+    return NATIVE.write(
+        data, scanned.columns.layout, file.fileno(), 0, b"\x00\x06TopicA", bytes(72), 2, 0, 1, physical
+    )
+
+
+def _units_of(sizes: list[int], tags: list[str | None], physical: int = 0) -> bytes:
+    """The units the writer must return for records of ``sizes`` starting at ``physical``."""
+    offsets = list(accumulate(sizes, initial=physical))[:-1]
+    return b"".join(map(UNIT.pack, offsets, sizes, map(tags_code, tags)))
 
 
 def test_the_extension_is_built_where_a_c_compiler_is() -> None:
@@ -43,6 +64,9 @@ def test_a_stale_build_is_not_used() -> None:
     stale = types.SimpleNamespace(**{name: getattr(NATIVE, name) for name in dir(NATIVE)})
     stale.MESSAGE_BODY = 7
     assert native._agrees(stale) == "MESSAGE_BODY is 7 in the extension, 2 here"  # type: ignore[arg-type]
+    stale.MESSAGE_BODY = 2
+    stale.SendHeader = types.SimpleNamespace(__match_args__=native.SendHeader._fields[:-1])
+    assert "SendHeader has fields" in str(native._agrees(stale))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("length", [0, 1, 7, 8, 9, 63, 64, 1000, 4099])
@@ -53,7 +77,7 @@ def test_crc32c_is_the_record_checksum(length: int) -> None:
     assert NATIVE.crc32c(data[length // 2 :], NATIVE.crc32c(data[: length // 2])) == crc32c(data)
 
 
-def test_scan_reads_every_column() -> None:
+def test_scan_reads_every_column(tmp_path: Path) -> None:
     data = _request(
         _message(b"a" * 10, 3, TAGS="TagA", KEYS="k1 k2"),
         _message(b"", -5, topic="TopicA"),
@@ -67,8 +91,10 @@ def test_scan_reads_every_column() -> None:
         "TAGS\x01é\x02UNIQ_KEY\x01U2\x02X\x01y\x02".encode()
     )
     assert scanned.columns.properties_max == len("TAGS\x01é\x02UNIQ_KEY\x01U2\x02X\x01y\x02".encode())
-    assert scanned.columns.tags == ["TagA", None, "é"]
     assert scanned.columns.indexed == [(0, "k1 k2", None), (2, None, "U2")]
+    with open(tmp_path / "records", "wb+", buffering=0) as file:
+        sizes, units = _write(data, scanned, file, physical=1000)
+    assert units == _units_of(sizes, ["TagA", None, "é"], physical=1000)
 
 
 def test_the_request_fields_read_as_protobuf_reads_them() -> None:
@@ -89,7 +115,7 @@ def test_the_request_fields_read_as_protobuf_reads_them() -> None:
     scanned = scan_send(data, DETOUR)
     parsed = broker_pb2.SendMessageRequest.FromString(data)
     assert scanned is not None
-    assert scanned.header == tuple(getattr(parsed, name) for name in scanned.header._fields)
+    assert scanned.header == tuple(getattr(parsed, name) for name in native.SendHeader._fields)
     assert (scanned.header.queue_id, scanned.header.born_host) == (2, "10.0.0.2:8")
 
 
@@ -131,10 +157,19 @@ def test_strings_must_be_utf8_exactly_as_python_decodes_them() -> None:
         assert (scan_send(host, DETOUR) is not None) == valid, raw
 
 
-def test_consecutive_equal_tags_share_one_string() -> None:
-    scanned = scan_send(_request(*(_message(TAGS="Same") for _ in range(5))), DETOUR)
-    assert scanned is not None and scanned.columns.indexed is None
-    assert len({id(tag) for tag in scanned.columns.tags}) == 1
+def test_tag_codes_are_the_consume_queue_hash(tmp_path: Path) -> None:
+    """The writer's units carry record.tags_code of each tag: ASCII, any Unicode, empty, none."""
+    rng = random.Random(5)
+    alphabet = "aZ09_-é€𝄞ﬀ "
+    tags: list[str | None] = [None, "", "TagA", "é", "𝄞" * 40]
+    tags += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30))) for _ in range(200)]
+    messages = [_message(b"x") if tag is None else _message(b"x", TAGS=tag) for tag in tags]
+    data = _request(*messages)
+    scanned = scan_send(data, DETOUR)
+    assert scanned is not None
+    with open(tmp_path / "records", "wb+", buffering=0) as file:
+        sizes, units = _write(data, scanned, file)
+    assert units == _units_of(sizes, tags)
 
 
 def _duplicate_key_message() -> bytes:
@@ -212,12 +247,10 @@ def test_no_bytes_crash_the_scanner_or_the_writer(tmp_path) -> None:  # type: ig
                 continue
             # What the scanner takes, protobuf takes too, and reads the same way.
             expected = broker_pb2.SendMessageRequest.FromString(bytes(data))
-            assert scanned.header == tuple(getattr(expected, name) for name in scanned.header._fields)
+            assert scanned.header == tuple(getattr(expected, name) for name in native.SendHeader._fields)
             taken += 1
-            shared = bytes(72)
-            sizes = NATIVE.write(
-                bytes(data), scanned.columns.layout, file.fileno(), 0, b"\x00\x06TopicA", shared, 2, 0, 1, 0
-            )
+            sizes, units = _write(bytes(data), scanned, file)
+            assert units == _units_of(sizes, [m.properties.get("TAGS") for m in expected.messages])
             written = os.pread(file.fileno(), sum(sizes), 0)
             at = 0
             for size, message in zip(sizes, expected.messages, strict=True):

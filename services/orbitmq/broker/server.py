@@ -343,15 +343,27 @@ class Broker:
     # -- writing -------------------------------------------------------------------------------
 
     async def put(self, messages: list[InboundMessage]) -> PutResult:
-        return await self._replicated(await self.service.put_messages(messages))
+        return await self.acknowledged(self.service.append_messages(messages))
 
     async def put_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
-        return await self._replicated(await self.service.put_batch(batch))
+        return await self.acknowledged(self.service.append_batch(batch))
+
+    @property
+    def waits_after_append(self) -> bool:
+        """Whether a put is acknowledged later than its append (see :meth:`acknowledged`); a
+        hot path appends, and awaits only then."""
+        return self.service.waits_for_flush or self.broker_role is BrokerRole.SYNC_MASTER
+
+    async def acknowledged(self, result: PutResult) -> PutResult:
+        """``result`` once the send may be acknowledged: at once by default, after its fsync
+        under SYNC_FLUSH, and on a SYNC_MASTER once a slave holds it (DESIGN §7)."""
+        if result.ok and self.service.waits_for_flush:
+            result = await self.service.durable(result)
+        if result.ok and self.broker_role is BrokerRole.SYNC_MASTER:
+            return await self._replicated(result)
+        return result
 
     async def _replicated(self, result: PutResult) -> PutResult:
-        """SYNC_MASTER: a send is acknowledged once a slave holds it (DESIGN §7)."""
-        if self.broker_role is not BrokerRole.SYNC_MASTER or not result.ok:
-            return result
         if not self.replicas.connected:
             return result.with_status(
                 PutStatus.SLAVE_NOT_AVAILABLE, "no slave is replicating from this master"

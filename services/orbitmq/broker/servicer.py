@@ -110,7 +110,9 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 born_timestamp_ms=born[1],
                 reconsume_times=head.reconsume_times,
             )
-            result = await b.put_batch(batch)
+            result = b.service.append_batch(batch)
+            if b.waits_after_append and result.ok:  # SYNC_FLUSH or SYNC_MASTER
+                result = await b.acknowledged(result)
             count, transaction_id = batch.count, batch.first_unique_key
         else:
             request = head = _parse_send(data)
@@ -126,12 +128,16 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 result = await b.put_batch(self._columns(request, queue_id, born, properties, protos))
             else:
                 result = await b.put(self._inbound(request, queue_id, born, properties, protos))
-        if result.status not in _SEND_STATUS:
+        if result.status is PutStatus.PUT_OK:  # the usual answer, without hashing an Enum
+            status = SendStatus.SEND_OK
+        elif result.status in _SEND_STATUS:
+            status = _SEND_STATUS[result.status]
+        else:
             raise put_failure(result)
         b.metrics.observe_send(head.topic, count, time.perf_counter() - started)
         appended: AppendedBatch = result.messages  # type: ignore[assignment]
         return broker_pb2.SendMessageResponse(
-            status=_SEND_STATUS[result.status],
+            status=status,
             msg_ids=appended.msg_ids(),
             queue_id=queue_id,
             queue_offset=appended.queue_offsets[0],

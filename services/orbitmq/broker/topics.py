@@ -138,7 +138,9 @@ class TopicManager:
 
     def pick_queue(self, config: TopicConfig, requested: int) -> int:
         if requested < 0:
-            counter = self._round_robin.setdefault(config.topic_name, itertools.count())
+            counter = self._round_robin.get(config.topic_name)
+            if counter is None:
+                counter = self._round_robin[config.topic_name] = itertools.count()
             return next(counter) % config.write_queue_nums
         if requested >= config.write_queue_nums:
             raise RpcFailure(

@@ -85,6 +85,7 @@ class AppendedBatch(Sequence[AppendedMessage]):
         "sizes",
         "store_host",
         "store_timestamp_ms",
+        "units",
     )
 
     def __init__(
@@ -96,6 +97,7 @@ class AppendedBatch(Sequence[AppendedMessage]):
         store_host: str,
         end_offset: int,
         physical_offsets: list[int] | None = None,
+        units: bytes | None = None,
     ) -> None:
         self.first_physical_offset = first_physical_offset
         self.sizes = sizes
@@ -104,6 +106,8 @@ class AppendedBatch(Sequence[AppendedMessage]):
         self.store_host = store_host
         self.end_offset = end_offset
         self._physical_offsets = physical_offsets
+        self.units = units
+        """The records' consume-queue units, packed, when the writer made them (the C path)."""
 
     def physical_offsets(self) -> list[int]:
         if self._physical_offsets is None:
@@ -386,7 +390,7 @@ class CommitLog:
         position = first - segment.start_offset
         if position + total_bytes > segment.size:
             raise ValueError(f"{segment.path}: {total_bytes} bytes at {position} overrun {segment.size}")
-        sizes = NATIVE.write(
+        sizes, units = NATIVE.write(
             batch.request,
             batch.columns.layout,
             segment.fileno(),
@@ -405,7 +409,9 @@ class CommitLog:
         self._advance_queue(batch, queue_offset, step)
         count = batch.count
         queue_offsets = list(range(queue_offset, queue_offset + count)) if step else [0] * count
-        return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end)
+        return AppendedBatch(
+            first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, units=units
+        )
 
     def _start_batch(
         self, batch: MessageBatch | ScannedBatch, total_bytes: int, store_timestamp_ms: int

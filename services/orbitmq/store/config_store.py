@@ -566,8 +566,8 @@ class _NamedConfigTable(_Table[F], Generic[F, C]):
     def _name_of(config: C) -> str: ...
 
     def get(self, name: str) -> C | None:
-        with self._lock:
-            return self._configs.get(name)
+        # No lock: one dict lookup is atomic, and every send looks its topic up here.
+        return self._configs.get(name)
 
     def put(self, config: C) -> None:
         """Add or replace the config named ``config``'s name (a no-op if identical)."""

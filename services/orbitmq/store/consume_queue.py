@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 UNIT = struct.Struct("!qiq")
 UNIT_BYTES = UNIT.size  # 20
+_UNIT_END = struct.Struct("!qi")  # a unit's physical offset and size
 
 Unit = tuple[int, int, int]
 """(physical offset, size, tags code)."""
@@ -151,38 +152,30 @@ class ConsumeQueue:
         self.max_physical_end = physical_offset + size
         return True
 
-    def put_many(
-        self, first_queue_offset: int, physical_offsets: list[int], sizes: list[int], tags_codes: list[int]
-    ) -> bool:
-        """Record the units of consecutive queue offsets (one send batch) with one write.
+    def put_units(self, first_queue_offset: int, units: bytes) -> bool:
+        """Record packed units (20 bytes each) for consecutive queue offsets, with one write.
 
         Anything out of the ordinary — a replay, a gap, a new or full file — goes unit by unit
-        through :meth:`put`, which knows those cases; the usual append is one packed write.
+        through :meth:`put`, which knows those cases; the usual append is one copy.
         """
-        count = len(sizes)
+        if not units:
+            return False
         byte_offset = first_queue_offset * UNIT_BYTES
         tail = self._tail
         if (
             first_queue_offset != self._max_offset
             or tail is None
             or not tail.start_offset <= byte_offset
-            or byte_offset + count * UNIT_BYTES > tail.end_offset
+            or byte_offset + len(units) > tail.end_offset
         ):
             grown = False
-            for unit in zip(
-                range(first_queue_offset, first_queue_offset + count),
-                physical_offsets,
-                sizes,
-                tags_codes,
-                strict=True,
-            ):
-                grown = self.put(*unit) or grown
+            for queue_offset, unit in enumerate(UNIT.iter_unpack(units), first_queue_offset):
+                grown = self.put(queue_offset, *unit) or grown
             return grown
-        tail.write(
-            byte_offset - tail.start_offset, b"".join(map(UNIT.pack, physical_offsets, sizes, tags_codes))
-        )
-        self._max_offset = first_queue_offset + count
-        self.max_physical_end = physical_offsets[-1] + sizes[-1]
+        tail.write(byte_offset - tail.start_offset, units)
+        self._max_offset = first_queue_offset + len(units) // UNIT_BYTES
+        physical, size = _UNIT_END.unpack_from(units, len(units) - UNIT_BYTES)
+        self.max_physical_end = physical + size
         return True
 
     def _skip_to(self, queue_offset: int) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property, split_keys
 from orbitmq.store.commitlog import AppendedBatch, CommitLog
-from orbitmq.store.consume_queue import ConsumeQueue
+from orbitmq.store.consume_queue import UNIT, ConsumeQueue
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.record import (
     BLANK_MAGIC,
@@ -41,7 +41,7 @@ QueueGrowthListener = Callable[[str, int, int], None]
 """Called with (topic, queue id, new max offset) after a dispatch pass."""
 QueueResolver = Callable[[str, int], ConsumeQueue]
 """(topic, queue id) → the consume queue, created when new."""
-IndexSink = Callable[[list[DispatchRequest], int, int], object]
+IndexSink = Callable[[Sequence[DispatchRequest], int, int], object]
 """(requests of messages with keys, end of the log seen, last store time seen)."""
 Buffer = mmap.mmap
 _TAG_CACHE_SIZE = 10_000
@@ -87,6 +87,8 @@ class Dispatcher:
         self._tag_codes: dict[str | None, int] = {None: 0}
         """Tag → code; ``None`` (no tag) → 0 is kept in it so a batch looks codes up in one ``map``."""
         self.dispatched_offset = 0
+        self._index_seen: tuple[int, int] | None = None
+        """(end, store time) of the last pass with nothing to index: see :meth:`_mark_index`."""
 
     def add_listener(self, listener: QueueGrowthListener) -> None:
         self._listeners.append(listener)
@@ -120,12 +122,22 @@ class Dispatcher:
         if self._pending or self.dispatched_offset != appended.first_physical_offset:
             self.submit(messages, appended)
             return False
-        work = _Pass()
         if type(messages) is MessageBatch or type(messages) is ScannedBatch:
-            end = self._dispatch_columns(messages, appended, work)
-        else:
-            end = self._dispatch_batch(messages, appended, work)  # type: ignore[arg-type]
-        self._index_sink(work.indexed, end, work.last_timestamp)
+            # One queue's messages, the usual send: no pass to keep books for.
+            end, timestamp = appended.end_offset, appended.store_timestamp_ms
+            grown = self._put_units(messages, appended, None)
+            indexed = messages.indexed
+            if indexed:
+                self._index_sink(self._index_requests(messages, indexed, appended), end, timestamp)
+            else:
+                self._index_seen = (end, timestamp)
+            self.dispatched_offset = end
+            if grown:
+                self._notify({(messages.topic, messages.queue_id): grown})
+            return True
+        work = _Pass()
+        end = self._dispatch_batch(messages, appended, work)
+        self._mark_index(work, end)
         self.dispatched_offset = end
         self._notify(work.grown)
         return True
@@ -163,10 +175,27 @@ class Dispatcher:
             self._dispatch_request(self._request(buffer, at, total), work)
             position += total
         if position > start:
-            self._index_sink(work.indexed, position, work.last_timestamp)
+            self._mark_index(work, position)
         self.dispatched_offset = position
         self._notify(work.grown)
         return position - start
+
+    def _mark_index(self, work: _Pass, end: int) -> None:
+        """Hand the pass's keyed messages to the index, which also learns how far the log was
+        seen (so a replay after a crash skips keyless messages). A pass without keys, the
+        usual send, only notes that end: :meth:`catch_up_index` tells the index before it is
+        flushed, which is when the index's end starts to matter."""
+        if work.indexed:
+            self._index_sink(work.indexed, end, work.last_timestamp)
+        else:
+            self._index_seen = (end, work.last_timestamp)
+
+    def catch_up_index(self) -> None:
+        """Tell the index the end of the last keyless pass; safe from the flushing thread (the
+        index takes its own lock and only ever moves its end forward)."""
+        seen = self._index_seen
+        if seen is not None:
+            self._index_sink((), *seen)
 
     def _dispatch_batch(
         self, messages: Sequence[InboundMessage], appended: AppendedBatch, work: _Pass
@@ -210,40 +239,71 @@ class Dispatcher:
     def _dispatch_columns(
         self, batch: MessageBatch | ScannedBatch, appended: AppendedBatch, work: _Pass
     ) -> int:
-        """A batch's units in one consume-queue write, tag codes by one cached ``map``."""
+        grown = self._put_units(batch, appended, work.queues)
+        if grown:
+            work.grown[(batch.topic, batch.queue_id)] = grown
+        indexed = batch.indexed
+        if indexed:
+            work.indexed.extend(self._index_requests(batch, indexed, appended))
+        work.last_timestamp = max(work.last_timestamp, appended.store_timestamp_ms)
+        return appended.end_offset
+
+    def _put_units(
+        self,
+        batch: MessageBatch | ScannedBatch,
+        appended: AppendedBatch,
+        queues: dict[tuple[str, int], ConsumeQueue] | None,
+    ) -> int:
+        """A batch's units in one consume-queue write (tag codes by one cached ``map``); the
+        queue's new max offset, 0 when it did not grow. ``queues`` caches queues for a pass."""
+        if batch.sys_flag & TRANSACTION_MASK in _NO_CONSUME_QUEUE_TYPES:
+            return 0
         key = (batch.topic, batch.queue_id)
+        queue = queues.get(key) if queues is not None else None
+        if queue is None:
+            queue = self._queue_of(*key)
+            if queues is not None:
+                queues[key] = queue
+        units = appended.units
+        if units is None:  # the C writer packs them; here, from the batch's columns
+            units = self._units(batch, appended)  # type: ignore[arg-type]
+        queue_offsets = appended.queue_offsets
+        return queue_offsets[-1] + 1 if queue.put_units(queue_offsets[0], units) else 0
+
+    def _units(self, batch: MessageBatch, appended: AppendedBatch) -> bytes:
+        """A column batch's consume-queue units, packed."""
+        if batch.topic == SCHEDULE_TOPIC:  # due times, from each message's DELAY
+            timestamp = appended.store_timestamp_ms
+            codes = [self._tags_code(batch.topic, p, timestamp) for p in batch.properties]
+        else:
+            tags = batch.tags
+            codes = list(map(self._tag_codes.get, tags))
+            if None in codes:
+                codes = list(map(self._tag_code, tags))
+        return b"".join(map(UNIT.pack, appended.physical_offsets(), appended.sizes, codes))
+
+    def _index_requests(
+        self, batch: MessageBatch | ScannedBatch, appended: AppendedBatch
+    ) -> list[DispatchRequest]:
+        """Index requests for the batch's messages that carry keys."""
         physical, sizes = appended.physical_offsets(), appended.sizes
         timestamp, queue_offsets = appended.store_timestamp_ms, appended.queue_offsets
-        if batch.sys_flag & TRANSACTION_MASK not in _NO_CONSUME_QUEUE_TYPES:
-            queue = work.queues.get(key)
-            if queue is None:
-                queue = work.queues[key] = self._queue_of(*key)
-            if key[0] == SCHEDULE_TOPIC:  # due times, from each message's DELAY (never scanned)
-                codes = [self._tags_code(key[0], p, timestamp) for p in batch.properties]  # type: ignore[union-attr]
-            else:
-                tags = batch.tags
-                codes = list(map(self._tag_codes.get, tags))
-                if None in codes:
-                    codes = list(map(self._tag_code, tags))
-            if queue.put_many(queue_offsets[0], physical, sizes, codes):
-                work.grown[key] = queue_offsets[-1] + 1
-        for i, keys, unique_key in batch.indexed or ():
-            work.indexed.append(
-                DispatchRequest(
-                    key[0],
-                    key[1],
-                    physical[i],
-                    sizes[i],
-                    0,
-                    timestamp,
-                    queue_offsets[i],
-                    split_keys(keys),
-                    unique_key,
-                    batch.sys_flag,
-                )
+        topic, queue_id, sys_flag = batch.topic, batch.queue_id, batch.sys_flag
+        return [
+            DispatchRequest(
+                topic,
+                queue_id,
+                physical[i],
+                sizes[i],
+                0,
+                timestamp,
+                queue_offsets[i],
+                split_keys(keys),
+                unique_key,
+                sys_flag,
             )
-        work.last_timestamp = max(work.last_timestamp, timestamp)
-        return appended.end_offset
+            for i, keys, unique_key in indexed
+        ]
 
     def _dispatch_request(self, request: DispatchRequest, work: _Pass) -> None:
         key = (request.topic, request.queue_id)

@@ -646,8 +646,10 @@ class IndexService:
                 if current is None:
                     current = self._roll(seen_until, seen_timestamp_ms)
                 current.mark_indexed(seen_until, seen_timestamp_ms, write_header=False)
-            if current is not None:
+            if requests and current is not None:
                 current.write_header()
+            # A pass without keys (the usual send) leaves the header to flush(): a header that
+            # lags after a crash only makes replay re-mark messages that have nothing to index.
             self._dirty = True
 
     def _put_keys(
@@ -666,6 +668,7 @@ class IndexService:
     def _roll(self, begin_phy_offset: int, begin_timestamp_ms: int) -> IndexFile:
         """Seal the current file (fsync, so only the newest file can be torn) and start a new one."""
         if self._files:
+            self._files[-1].write_header()
             self._files[-1].flush()
         path = self._next_path()
         index_file = IndexFile(
@@ -705,6 +708,7 @@ class IndexService:
             if not self._dirty or not self._files:
                 return self._durable_offset
             target_file = self._files[-1]
+            target_file.write_header()
             target = target_file.end_phy_offset
             self._dirty = False
         try:
@@ -762,6 +766,8 @@ class IndexService:
                 return
             self._closed = True
             files, self._files = self._files, []
+            for index_file in files:
+                index_file.write_header()
         for index_file in files:
             index_file.close()
 

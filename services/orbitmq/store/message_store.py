@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import add
 from pathlib import Path
+from typing import Any
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 MAX_QUEUE_ID = 65_535
 _HOST_CACHE_SIZE = 100_000
 _ALL = 1 << 62
+Batch = Sequence[InboundMessage] | MessageBatch | ScannedBatch
 
 
 class StoreError(OrbitError):
@@ -280,10 +282,7 @@ class MessageStore:
         refused = self._refuses_size(len(sizes), total)
         if refused is not None:
             return refused
-        return self._append(
-            messages,
-            lambda now: self.commitlog.append(messages, topics_raw, properties_raws, sizes, total, now),
-        )
+        return self._append(self.commitlog.append, messages, topics_raw, properties_raws, sizes, total)
 
     def put_batch(self, batch: MessageBatch) -> PutResult:
         """Append a :class:`MessageBatch`: the records, checks and results of :meth:`put_messages`.
@@ -342,21 +341,17 @@ class MessageStore:
         refused = self._refuses_size(count, total)
         if refused is not None:
             return refused
-        return self._append(
-            batch,
-            lambda now: self.commitlog.append_batch(batch, topic_raw, properties_raw, sizes, total, now),
-        )
+        return self._append(self.commitlog.append_batch, batch, topic_raw, properties_raw, sizes, total)
 
     def put_scanned(self, batch: ScannedBatch) -> PutResult:
         """Append a :class:`ScannedBatch` (the C send path): the same records and results as
-        :meth:`put_batch` of ``batch.unpacked()``, which takes over whenever a check fails so
-        the refusal reads the same on both paths."""
-        refused = self._refuses_writes()
-        if refused is not None:
-            return refused
+        :meth:`put_batch` of ``batch.unpacked()``, which takes over whenever a check does not
+        pass, so refusals (and their words) have one source."""
         topic_raw, columns = self._topic_raw.get(batch.topic), batch.columns
         if (
             topic_raw is None
+            or not self._open
+            or self.role is BrokerRole.SLAVE
             or batch.topic == SCHEDULE_TOPIC  # its units are due times: the dispatcher needs DELAY
             or not self._shared_fields_known(batch)
             or columns.body_max > self.config.max_message_bytes
@@ -364,10 +359,9 @@ class MessageStore:
         ):
             return self.put_batch(batch.unpacked())
         total = columns.count * (RECORD_FIXED_BYTES + len(topic_raw)) + columns.payload_bytes
-        refused = self._refuses_size(columns.count, total)
-        if refused is not None:
-            return refused
-        return self._append(batch, lambda now: self.commitlog.append_scanned(batch, topic_raw, total, now))
+        if total > self._max_batch_bytes:
+            return self.put_batch(batch.unpacked())
+        return self._append(self.commitlog.append_scanned, batch, topic_raw, total)
 
     def _refuses_writes(self) -> PutResult | None:
         if not self._open:
@@ -393,16 +387,12 @@ class MessageStore:
             f"({self._max_batch_bytes} bytes usable)",
         )
 
-    def _append(
-        self,
-        batch: Sequence[InboundMessage] | MessageBatch | ScannedBatch,
-        append: Callable[[int], AppendedBatch],
-    ) -> PutResult:
-        """Run ``append`` (given the store time) under the put lock and hand its records to the
+    def _append(self, append: Callable[..., AppendedBatch], batch: Batch, *args: Any) -> PutResult:
+        """``append(batch, *args, store time)`` under the put lock, then hand its records to the
         dispatcher; a failing disk is a result, not an error."""
         try:
             with self._put_lock:
-                appended = append(self.clock.now_ms())
+                appended = append(batch, *args, self.clock.now_ms())
                 if self.dispatch_on_put:
                     self.dispatcher.dispatch_appended(batch, appended)
                 else:
@@ -525,6 +515,7 @@ class MessageStore:
         dispatched = self.dispatcher.dispatched_offset
         for queue in list(self._queues.values()):
             queue.flush()
+        self.dispatcher.catch_up_index()
         index_flushed = self.index.flush()
         checkpoint = Checkpoint(
             commitlog_flushed=self.commitlog.flushed_offset,

@@ -335,7 +335,6 @@ class ScanColumns(NamedTuple):
     body_max: int
     properties_max: int
     """Longest body, longest encoded properties: checked against the store's limits."""
-    tags: list[str | None]
     indexed: list[tuple[int, str | None, str | None]] | None
     """(message index, KEYS, UNIQ_KEY) of the messages that carry either; None when none does."""
 
@@ -346,9 +345,9 @@ class ScannedBatch:
 
     The C path's counterpart of :class:`MessageBatch` (see :mod:`orbitmq.native`): no Python
     object per message, only what the scanner read (:class:`ScanColumns`: the dispatcher's
-    ``tags`` and ``indexed``, the record writer's ``layout``). ``unpacked`` gives the same messages as a
-    :class:`MessageBatch`; the store puts that instead whenever a check fails, so refusals
-    have one source.
+    ``indexed``, the record writer's ``layout`` with each message's tag code). ``unpacked``
+    gives the same messages as a :class:`MessageBatch`; the store puts that instead whenever
+    a check fails, so refusals have one source.
     """
 
     topic: str
@@ -367,10 +366,6 @@ class ScannedBatch:
     @property
     def count(self) -> int:
         return self.columns.count
-
-    @property
-    def tags(self) -> list[str | None]:
-        return self.columns.tags
 
     @property
     def indexed(self) -> list[tuple[int, str | None, str | None]] | None:

@@ -87,6 +87,8 @@ class StoreService:
         self._flush_waiters: list[tuple[int, float, asyncio.Future[bool]]] = []
         """(end offset, deadline on the loop clock, future answered True when flushed)."""
         self._sync_flush_timeout_s = config.sync_flush_timeout_ms / 1000
+        self.waits_for_flush = config.flush_mode is FlushMode.SYNC_FLUSH
+        """A put is durable only after an fsync (SYNC_FLUSH): :meth:`durable` waits for it."""
         self._closed = False
         self.open_report: OpenReport | None = None
 
@@ -135,25 +137,39 @@ class StoreService:
 
     async def put_messages(self, messages: Sequence[InboundMessage]) -> PutResult:
         """Append, then (SYNC_FLUSH) wait for the fsync that covers the appended records."""
-        if self._closed:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
-        return await self._stored(self.store.put_messages(messages))
+        return await self.durable(self.append_messages(messages))
 
     async def put_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
-        """:meth:`put_messages` for the messages of one send (see :meth:`MessageStore.put_batch`
-        and, for a batch the C path scanned, :meth:`MessageStore.put_scanned`)."""
+        """:meth:`put_messages` for the messages of one send."""
+        return await self.durable(self.append_batch(batch))
+
+    def append_messages(self, messages: Sequence[InboundMessage]) -> PutResult:
+        """The append of :meth:`put_messages`, without its wait: see :meth:`durable`."""
+        if self._closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
+        return self._appended(self.store.put_messages(messages))
+
+    def append_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
+        """The append of :meth:`put_batch` (:meth:`MessageStore.put_batch`, or for a batch the
+        C path scanned :meth:`MessageStore.put_scanned`), without its wait: see :meth:`durable`.
+
+        Appending is synchronous so that a send that needs no fsync wait (ASYNC_FLUSH, the
+        default) costs its caller no coroutine of the store's own."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
         if type(batch) is ScannedBatch:
-            return await self._stored(self.store.put_scanned(batch))
-        return await self._stored(self.store.put_batch(batch))  # type: ignore[arg-type]
+            return self._appended(self.store.put_scanned(batch))
+        return self._appended(self.store.put_batch(batch))  # type: ignore[arg-type]
 
-    async def _stored(self, result: PutResult) -> PutResult:
-        if not result.ok:
-            return result
-        if self.store.dispatcher.lag_bytes:  # records the put could not dispatch itself
+    def _appended(self, result: PutResult) -> PutResult:
+        if result.ok and self.store.dispatcher.lag_bytes:  # records the put could not dispatch itself
             self._dispatch_wakeup.set()
-        if self.config.flush_mode is FlushMode.SYNC_FLUSH:
+        return result
+
+    async def durable(self, result: PutResult) -> PutResult:
+        """``result`` once its records are on the disk: at once under ASYNC_FLUSH, after the
+        group commit's fsync under SYNC_FLUSH (see :attr:`waits_for_flush`)."""
+        if result.ok and self.waits_for_flush:
             return await self._wait_flushed(result)
         return result
 

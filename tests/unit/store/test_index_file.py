@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import zlib
 from pathlib import Path
@@ -553,3 +554,39 @@ def test_service_rejects_bad_arguments(tmp_path: Path) -> None:
     service.close()
     with pytest.raises(RuntimeError, match="closed"):
         service.query("orders", "k", 1, *ALL_TIME)
+
+
+@pytest.mark.parametrize(("keyed", "replay_from"), [({0}, 400), ({0, 5}, 0)])
+def test_a_crash_after_keyless_passes_loses_no_key_and_doubles_none(
+    tmp_path: Path, keyed: set[int], replay_from: int
+) -> None:
+    """A pass with nothing to index leaves the header to flush(), so after a crash the header
+    on disk may lag behind the log: replay starts at or before it, re-marks the keyless
+    messages, and every key is found once. (A file whose header claims more than the
+    checkpoint is dropped and rebuilt from its begin, as before.)"""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+
+    def build(service: IndexService, i: int) -> None:
+        requests = [_request(i, ("k",))] if i in keyed else []
+        service.build_batch(requests, (i + 1) * MSG_SIZE, T0 + i * 1000)
+
+    service = _service(live)
+    service.load(None)
+    for i in range(4):
+        build(service, i)
+    checkpoint = service.flush()
+    assert checkpoint == 4 * MSG_SIZE
+    for i in range(4, 8):
+        build(service, i)
+    shutil.copytree(live, crashed)  # what a SIGKILL leaves: the mapped pages, no close
+    service.close()
+
+    recovered = _service(crashed)
+    assert recovered.load(checkpoint) == replay_from
+    for i in range(replay_from // MSG_SIZE, 8):  # the dispatcher replays from there
+        build(recovered, i)
+    assert recovered.query("orders", "k", 10, *ALL_TIME) == sorted(
+        (i * MSG_SIZE for i in keyed), reverse=True
+    )
+    assert recovered.flush() == 8 * MSG_SIZE
+    recovered.close()
