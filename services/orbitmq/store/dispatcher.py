@@ -282,10 +282,13 @@ class Dispatcher:
                 codes = list(map(self._tag_code, tags))
         return b"".join(map(UNIT.pack, appended.physical_offsets(), appended.sizes, codes))
 
+    @staticmethod
     def _index_requests(
-        self, batch: MessageBatch | ScannedBatch, appended: AppendedBatch
+        batch: MessageBatch | ScannedBatch,
+        indexed: list[tuple[int, str | None, str | None]],
+        appended: AppendedBatch,
     ) -> list[DispatchRequest]:
-        """Index requests for the batch's messages that carry keys."""
+        """Index requests for the batch's messages that carry keys (``batch.indexed``)."""
         physical, sizes = appended.physical_offsets(), appended.sizes
         timestamp, queue_offsets = appended.store_timestamp_ms, appended.queue_offsets
         topic, queue_id, sys_flag = batch.topic, batch.queue_id, batch.sys_flag
