@@ -934,6 +934,111 @@ static PyObject *offset_ids(PyObject *module, PyObject *const *args, Py_ssize_t 
     return ids;
 }
 
+/* -- the send's reply ---------------------------------------------------------------------- */
+
+#define REPLY_STATUS 1 /* SendMessageResponse fields */
+#define REPLY_MSG_IDS 2
+#define REPLY_QUEUE_ID 3
+#define REPLY_QUEUE_OFFSET 4
+#define REPLY_BROKER_NAME 5
+#define REPLY_TRANSACTION_ID 6
+#define REPLY_COMMIT_LOG_OFFSET 7
+
+static uint8_t *put_varint(uint8_t *out, uint64_t v) {
+    while (v >= 0x80) {
+        *out++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *out++ = (uint8_t)v;
+    return out;
+}
+
+/* A proto3 scalar: left out when it is zero, as protobuf leaves it out. */
+static uint8_t *put_number(uint8_t *out, int field, int64_t value) {
+    if (value == 0)
+        return out;
+    *out++ = (uint8_t)(field << 3 | VARINT);
+    return put_varint(out, (uint64_t)value); /* negative int32 and int64 alike: ten bytes */
+}
+
+static uint8_t *put_text(uint8_t *out, int field, const char *text, Py_ssize_t len) {
+    if (len == 0)
+        return out;
+    *out++ = (uint8_t)(field << 3 | LEN);
+    out = put_varint(out, (uint64_t)len);
+    memcpy(out, text, (size_t)len);
+    return out + len;
+}
+
+PyDoc_STRVAR(send_reply_doc,
+             "send_reply(status, id_prefix, first_offset, sizes, queue_id, queue_offset, broker_name,\n"
+             "           transaction_id)\n--\n\n"
+             "The wire bytes of the SendMessageResponse for records laid back to back from\n"
+             "``first_offset``: their offset ids (``id_prefix``, the store host's hex, then each offset\n"
+             "as 16 uppercase hex digits), commit_log_offset = first_offset, and the given fields;\n"
+             "what SendMessageResponse(...).SerializeToString() gives, without building the message.");
+
+static PyObject *send_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyUnicode_Check(args[1]) || !PyUnicode_IS_ASCII(args[1]) || !PyList_Check(args[3]) ||
+        !PyUnicode_Check(args[6]) || !PyUnicode_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "send_reply() takes a status, an ASCII id prefix, an offset, a list of "
+                                         "sizes, a queue id, a queue offset, a broker name and a transaction id");
+        return NULL;
+    }
+    long status = PyLong_AsLong(args[0]);
+    long long first = PyLong_AsLongLong(args[2]);
+    long queue_id = PyLong_AsLong(args[4]);
+    long long queue_offset = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (first < 0 || queue_id < INT32_MIN || queue_id > INT32_MAX || status < INT32_MIN || status > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "send_reply(): offset, status or queue id out of range");
+        return NULL;
+    }
+    Py_ssize_t prefix_len = PyUnicode_GET_LENGTH(args[1]), count = PyList_GET_SIZE(args[3]);
+    Py_ssize_t name_len, transaction_len;
+    const char *prefix = (const char *)PyUnicode_DATA(args[1]);
+    const char *name = PyUnicode_AsUTF8AndSize(args[6], &name_len);
+    const char *transaction = PyUnicode_AsUTF8AndSize(args[7], &transaction_len);
+    if (name == NULL || transaction == NULL)
+        return NULL;
+    Py_ssize_t id_len = prefix_len + 16;
+    if (id_len > 0x7F) {
+        PyErr_SetString(PyExc_ValueError, "send_reply(): the id prefix is too long");
+        return NULL;
+    }
+    /* Each number takes at most 11 bytes with its tag, each text 10 plus its length. */
+    size_t room = 4 * 11 + (size_t)count * (2 + (size_t)id_len) + 20 + (size_t)name_len + (size_t)transaction_len;
+    uint8_t *buffer = PyMem_Malloc(room), *out = buffer;
+    if (buffer == NULL)
+        return PyErr_NoMemory();
+    static const char digits[] = "0123456789ABCDEF";
+    out = put_number(out, REPLY_STATUS, status);
+    long long offset = first;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        *out++ = REPLY_MSG_IDS << 3 | LEN;
+        *out++ = (uint8_t)id_len;
+        memcpy(out, prefix, (size_t)prefix_len);
+        out += prefix_len;
+        for (int d = 0; d < 16; d++)
+            *out++ = (uint8_t)digits[((unsigned long long)offset >> (60 - 4 * d)) & 0xF];
+        long long size = PyLong_AsLongLong(PyList_GET_ITEM(args[3], i));
+        if (size == -1 && PyErr_Occurred()) {
+            PyMem_Free(buffer);
+            return NULL;
+        }
+        offset += size;
+    }
+    out = put_number(out, REPLY_QUEUE_ID, (int32_t)queue_id);
+    out = put_number(out, REPLY_QUEUE_OFFSET, queue_offset);
+    out = put_text(out, REPLY_BROKER_NAME, name, name_len);
+    out = put_text(out, REPLY_TRANSACTION_ID, transaction, transaction_len);
+    out = put_number(out, REPLY_COMMIT_LOG_OFFSET, first);
+    PyObject *reply = PyBytes_FromStringAndSize((const char *)buffer, out - buffer);
+    PyMem_Free(buffer);
+    return reply;
+}
+
 /* -- crc32c, for tests and for anyone who wants the same checksum --------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0)\n--\n\nCRC-32C of ``data``, continuing from ``value``.");
@@ -963,6 +1068,7 @@ static PyMethodDef methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, crc32c_doc},
     {"offset_ids", (PyCFunction)(void (*)(void))offset_ids, METH_FASTCALL, offset_ids_doc},
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
+    {"send_reply", (PyCFunction)(void (*)(void))send_reply, METH_FASTCALL, send_reply_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -989,6 +1095,13 @@ static const struct {
     {"SHARED_POSITION", SHARED_POS},
     {"SHARED_BYTES", SHARED_BYTES},
     {"UNIT_BYTES", UNIT_BYTES},
+    {"REPLY_STATUS", REPLY_STATUS},
+    {"REPLY_MSG_IDS", REPLY_MSG_IDS},
+    {"REPLY_QUEUE_ID", REPLY_QUEUE_ID},
+    {"REPLY_QUEUE_OFFSET", REPLY_QUEUE_OFFSET},
+    {"REPLY_BROKER_NAME", REPLY_BROKER_NAME},
+    {"REPLY_TRANSACTION_ID", REPLY_TRANSACTION_ID},
+    {"REPLY_COMMIT_LOG_OFFSET", REPLY_COMMIT_LOG_OFFSET},
 };
 
 static int exec_module(PyObject *module) {

@@ -58,11 +58,14 @@ class Scanned(NamedTuple):
 
 def _agrees(module: ModuleType) -> str | None:
     """Why ``module`` must not be used, or None."""
+    from orbitmq.store.consume_queue import UNIT_BYTES
     from orbitmq.v1 import broker_pb2, common_pb2
 
     message = common_pb2.Message.DESCRIPTOR.fields_by_name
     request = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name
+    reply = broker_pb2.SendMessageResponse.DESCRIPTOR.fields
     expected = {
+        **{f"REPLY_{field.name.upper()}": field.number for field in reply},
         **{f"REQUEST_{name.upper()}": request[name].number for name in SendHeader._fields},
         "REQUEST_MESSAGES": request["messages"].number,
         "MESSAGE_TOPIC": message["topic"].number,
@@ -73,6 +76,7 @@ def _agrees(module: ModuleType) -> str | None:
         "HEADER_BYTES": record.HEADER_BYTES,
         "SHARED_POSITION": record.SHARED_POSITION,
         "SHARED_BYTES": record.SHARED_FIELDS.size,
+        "UNIT_BYTES": UNIT_BYTES,
     }
     for name, value in expected.items():
         if getattr(module, name, None) != value:

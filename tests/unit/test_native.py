@@ -260,3 +260,40 @@ def test_no_bytes_crash_the_scanner_or_the_writer(tmp_path) -> None:  # type: ig
                 assert dict(record.properties) == dict(message.properties)
                 at += size
     assert taken > 1000
+
+
+def test_the_send_reply_is_what_protobuf_serializes() -> None:
+    """send_reply() encodes a SendMessageResponse itself: byte for byte what protobuf gives,
+    zero fields left out, negative numbers in ten bytes, ids for records laid back to back."""
+    from orbitmq.store.commitlog import AppendedBatch
+    from orbitmq.store.message_id import msg_id_prefix
+
+    assert NATIVE is not None
+    rng = random.Random(7)
+    hosts = ["127.0.0.1:10911", "[::1]:0", "10.1.2.3:65535"]
+    texts = ["", "broker-a", "é" * 40, "x" * 300]
+    for _ in range(500):
+        sizes = [rng.randrange(1, 1 << 20) for _ in range(rng.choice([0, 1, 1, 2, 128]))]
+        first = rng.choice([0, 1, rng.randrange(1 << 40)])
+        appended = AppendedBatch(first, sizes, [0] * len(sizes), 0, rng.choice(hosts), first + sum(sizes))
+        fields = {
+            "status": rng.choice([0, 1, 3]),
+            "queue_id": rng.choice([0, 7, -1, 2**31 - 1, -(2**31)]),
+            "queue_offset": rng.choice([0, 5, 2**62]),
+            "broker_name": rng.choice(texts),
+            "transaction_id": rng.choice(texts),
+        }
+        expected = broker_pb2.SendMessageResponse(
+            msg_ids=appended.msg_ids(), commit_log_offset=first, **fields
+        ).SerializeToString()
+        reply = NATIVE.send_reply(
+            fields["status"],
+            msg_id_prefix(appended.store_host),
+            first,
+            sizes,
+            fields["queue_id"],
+            fields["queue_offset"],
+            fields["broker_name"],
+            fields["transaction_id"],
+        )
+        assert reply == expected, fields

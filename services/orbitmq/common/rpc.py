@@ -123,6 +123,12 @@ def takes_request_bytes(method: F) -> F:
     return method
 
 
+def returns_reply_bytes(method: F) -> F:
+    """Mark a servicer method that returns its reply's wire bytes (it encodes them itself)."""
+    method.returns_reply_bytes = True  # type: ignore[attr-defined]
+    return method
+
+
 def parse_request(message_type: type[M], data: bytes, method: str) -> M:
     """``data`` parsed as ``message_type``; bytes that do not parse are an INVALID_ARGUMENT failure."""
     try:
@@ -200,6 +206,7 @@ def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcM
     behaviour = handler.unary_unary or handler.stream_stream
     raw = getattr(behaviour, "takes_request_bytes", False)
     parse = _safe_deserializer(None if raw else handler.request_deserializer, method)
+    serialize = None if getattr(behaviour, "returns_reply_bytes", False) else handler.response_serializer
     if handler.unary_unary is not None:
         inner = handler.unary_unary
 
@@ -213,7 +220,7 @@ def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcM
                     raise
                 await _abort(context, failure)
 
-        return grpc.unary_unary_rpc_method_handler(unary_unary, parse, handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(unary_unary, parse, serialize)
     if handler.stream_stream is not None:
         stream_inner = handler.stream_stream
 
@@ -228,7 +235,7 @@ def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcM
                     raise
                 await _abort(context, failure)
 
-        return grpc.stream_stream_rpc_method_handler(stream_stream, parse, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(stream_stream, parse, serialize)
     return handler
 
 
