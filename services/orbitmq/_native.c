@@ -674,11 +674,31 @@ static uint8_t *put_properties(const uint8_t *base, const Layout *l, uint8_t *ou
     return out;
 }
 
+#define RELEASE_GIL_BYTES (64 * 1024)
+
+/* pwrite all of buffer[0..total) at `position`; 0 or the errno. */
+static int write_all(int fd, const uint8_t *buffer, size_t total, long long position) {
+    size_t done = 0;
+    while (done < total) {
+        ssize_t n = pwrite(fd, buffer + done, total - done, (off_t)(position + (long long)done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            return EIO;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(write_doc,
-             "write(request, layout, fd, file_position, topic_part, shared, queue_id, queue_offset,\n"
+             "write(request, layout, fd, file_position, topic, shared, queue_id, queue_offset,\n"
              "      queue_offset_step, physical_offset)\n--\n\n"
-             "Write the records of a scanned request to ``fd`` at ``file_position`` (one pwrite, the\n"
-             "GIL released). topic_part: u16 length + topic; shared: header bytes 36..108. Record i\n"
+             "Write the records of a scanned request to ``fd`` at ``file_position`` (one pwrite; the\n"
+             "GIL is released for 64 KiB or more). topic: its UTF-8 bytes; shared: header bytes\n"
+             "36..108. Record i\n"
              "gets queue offset queue_offset + i * queue_offset_step and the physical offset after\n"
              "record i - 1. Returns (sizes, units): the records' sizes, and their consume-queue units\n"
              "(physical offset, size, tag code; 20 bytes each, big-endian) for the dispatcher.");
@@ -704,19 +724,19 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_ValueError, "file position, queue offset and physical offset must not be negative");
         return NULL;
     }
-    Py_buffer raw, layout, topic_part, shared;
+    Py_buffer raw, layout, topic, shared;
     PyObject *sizes = NULL, *units = NULL, *result = NULL;
     uint8_t *out = NULL;
     if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[1], &layout, PyBUF_SIMPLE) < 0)
         goto release_raw;
-    if (PyObject_GetBuffer(args[4], &topic_part, PyBUF_SIMPLE) < 0)
+    if (PyObject_GetBuffer(args[4], &topic, PyBUF_SIMPLE) < 0)
         goto release_layout;
     if (PyObject_GetBuffer(args[5], &shared, PyBUF_SIMPLE) < 0)
         goto release_topic;
-    if (shared.len != SHARED_BYTES || topic_part.len < 2 || layout.len % (Py_ssize_t)sizeof(Layout)) {
-        PyErr_SetString(PyExc_ValueError, "write(): shared fields, topic part or layout have the wrong size");
+    if (shared.len != SHARED_BYTES || topic.len > 0xFFFF || layout.len % (Py_ssize_t)sizeof(Layout)) {
+        PyErr_SetString(PyExc_ValueError, "write(): shared fields, topic or layout have the wrong size");
         goto release_all;
     }
     Py_ssize_t count = layout.len / (Py_ssize_t)sizeof(Layout);
@@ -729,7 +749,7 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
             PyErr_SetString(PyExc_ValueError, "write(): the layout does not belong to this request");
             goto release_all;
         }
-        total += HEADER_BYTES + l->body_len + (size_t)topic_part.len + 2 + l->properties_len;
+        total += HEADER_BYTES + l->body_len + 2 + (size_t)topic.len + 2 + l->properties_len;
     }
     sizes = PyList_New(count);
     units = PyBytes_FromStringAndSize(NULL, count * UNIT_BYTES);
@@ -745,7 +765,7 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
         const Layout *l = &entries[i];
         uint8_t *record = at;
         const uint8_t *body = base + l->body_off;
-        uint32_t size = HEADER_BYTES + l->body_len + (uint32_t)topic_part.len + 2 + l->properties_len;
+        uint32_t size = HEADER_BYTES + l->body_len + 2 + (uint32_t)topic.len + 2 + l->properties_len;
         put32(at, size);
         put32(at + 4, MESSAGE_MAGIC);
         put32(at + 8, crc32c(0, body, l->body_len));
@@ -758,8 +778,10 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
         at += HEADER_BYTES;
         memcpy(at, body, l->body_len);
         at += l->body_len;
-        memcpy(at, topic_part.buf, (size_t)topic_part.len);
-        at += topic_part.len;
+        at[0] = (uint8_t)(topic.len >> 8);
+        at[1] = (uint8_t)topic.len;
+        memcpy(at + 2, topic.buf, (size_t)topic.len);
+        at += 2 + topic.len;
         at[0] = (uint8_t)(l->properties_len >> 8);
         at[1] = (uint8_t)l->properties_len;
         at = put_properties(base, l, at + 2);
@@ -777,24 +799,17 @@ static PyObject *write_records(PyObject *module, PyObject *const *args, Py_ssize
     for (Py_ssize_t i = 0; i < count; i++)
         if (PyList_GET_ITEM(sizes, i) == NULL)
             goto release_all;
-    size_t done = 0;
-    int error = 0;
-    Py_BEGIN_ALLOW_THREADS;
-    while (done < total) {
-        ssize_t n = pwrite((int)fd, out + done, total - done, (off_t)(file_position + (long long)done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            error = errno;
-            break;
-        }
-        if (n == 0) {
-            error = EIO;
-            break;
-        }
-        done += (size_t)n;
+    /* A small write (the usual single send) keeps the GIL: releasing it hands the GIL to the
+     * gRPC poller thread, and taking it back costs two context switches, more than the copy
+     * into the page cache. A big one lets the other threads run meanwhile. */
+    int error;
+    if (total < RELEASE_GIL_BYTES) {
+        error = write_all((int)fd, out, total, file_position);
+    } else {
+        Py_BEGIN_ALLOW_THREADS;
+        error = write_all((int)fd, out, total, file_position);
+        Py_END_ALLOW_THREADS;
     }
-    Py_END_ALLOW_THREADS;
     if (error) {
         errno = error;
         PyErr_SetFromErrno(PyExc_OSError);
@@ -807,7 +822,7 @@ release_all:
     PyMem_RawFree(out);
     PyBuffer_Release(&shared);
 release_topic:
-    PyBuffer_Release(&topic_part);
+    PyBuffer_Release(&topic);
 release_layout:
     PyBuffer_Release(&layout);
 release_raw:

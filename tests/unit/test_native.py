@@ -38,7 +38,7 @@ def _write(
     """Write a scan's records at the start of ``file``: (sizes, consume-queue units)."""
     assert NATIVE is not None
     return NATIVE.write(
-        data, scanned.columns.layout, file.fileno(), 0, b"\x00\x06TopicA", bytes(72), 2, 0, 1, physical
+        data, scanned.columns.layout, file.fileno(), 0, b"TopicA", bytes(72), 2, 0, 1, physical
     )
 
 

@@ -36,6 +36,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Protobuf enum values as plain ints: reading ``SendStatus.SEND_OK`` goes through the enum
+# wrapper's Python-level __getattr__, microseconds that every send and pull would pay.
+_SEND_OK = SendStatus.SEND_OK
+_FOUND, _NO_MATCHED_MSG, _NO_NEW_MSG, _OFFSET_ILLEGAL = (
+    PullStatus.FOUND,
+    PullStatus.NO_MATCHED_MSG,
+    PullStatus.NO_NEW_MSG,
+    PullStatus.OFFSET_ILLEGAL,
+)
 _SEND_STATUS = {
     PutStatus.PUT_OK: SendStatus.SEND_OK,
     PutStatus.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -154,7 +163,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             else:
                 result = await b.put(self._inbound(request, queue_id, born, properties, protos))
         if result.status is PutStatus.PUT_OK:  # the usual answer, without hashing an Enum
-            status = SendStatus.SEND_OK
+            status = _SEND_OK
         elif result.status in _SEND_STATUS:
             status = _SEND_STATUS[result.status]
         else:
@@ -269,7 +278,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.commit_offset)
         response = self._read(request, max_count, message_filter)
         suspend_ms = min(request.suspend_timeout_ms, b.settings.max_suspend_ms)
-        if response.status == PullStatus.NO_NEW_MSG and suspend_ms > 0:
+        if response.status == _NO_NEW_MSG and suspend_ms > 0:
             response = await self._hold(request, max_count, message_filter, suspend_ms, context)
         b.metrics.observe_pull(
             request.consumer_group, request.topic, len(response.records), time.perf_counter() - started
@@ -289,13 +298,13 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         )
         status = result.status
         if status is GetStatus.FOUND:
-            pull = PullStatus.FOUND
+            pull = _FOUND
         elif status is GetStatus.NO_MATCHED_MESSAGE:
-            pull = PullStatus.NO_MATCHED_MSG
+            pull = _NO_MATCHED_MSG
         elif status in _NO_NEW or (status in _EMPTY_QUEUE and request.queue_offset == 0):
-            pull = PullStatus.NO_NEW_MSG
+            pull = _NO_NEW_MSG
         else:
-            pull = PullStatus.OFFSET_ILLEGAL
+            pull = _OFFSET_ILLEGAL
         return broker_pb2.PullMessageResponse(
             status=pull,
             next_begin_offset=result.next_begin_offset,
@@ -332,7 +341,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             finally:
                 b.holds.release(request.topic, request.queue_id, future)
             response = self._read(request, max_count, message_filter)
-            if response.status != PullStatus.NO_MATCHED_MSG or b.closing:
+            if response.status != _NO_MATCHED_MSG or b.closing:
                 return response
             # Only filtered-out messages arrived: keep waiting from past them.
             request.queue_offset = response.next_begin_offset

@@ -377,7 +377,7 @@ class CommitLog:
         )
         segment.write_parts(first - segment.start_offset, list(chain.from_iterable(records)))
         self._write_offset = end
-        self._advance_queue(batch, queue_offset, step)
+        self._advance_queue(batch, queue_offset, step, len(sizes))
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, physical)
 
     def append_scanned(
@@ -395,7 +395,7 @@ class CommitLog:
             batch.columns.layout,
             segment.fileno(),
             position,
-            U16.pack(len(topic_raw)) + topic_raw,
+            topic_raw,
             shared,
             batch.queue_id,
             queue_offset,
@@ -406,8 +406,8 @@ class CommitLog:
         if end != first + sum(sizes):
             raise RuntimeError(f"the C writer wrote {sum(sizes)} bytes of a {total_bytes}-byte batch")
         self._write_offset = end
-        self._advance_queue(batch, queue_offset, step)
-        count = batch.count
+        count = batch.columns.count
+        self._advance_queue(batch, queue_offset, step, count)
         queue_offsets = list(range(queue_offset, queue_offset + count)) if step else [0] * count
         return AppendedBatch(
             first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, units=units
@@ -441,10 +441,12 @@ class CommitLog:
         )
         return segment, self._write_offset, queue_offset, step, shared
 
-    def _advance_queue(self, batch: MessageBatch | ScannedBatch, queue_offset: int, step: int) -> None:
-        """Move the batch's queue past its messages, once they are written."""
+    def _advance_queue(
+        self, batch: MessageBatch | ScannedBatch, queue_offset: int, step: int, count: int
+    ) -> None:
+        """Move the batch's queue past its ``count`` messages, once they are written."""
         if step:
-            self.queue_offsets[(batch.topic, batch.queue_id)] = queue_offset + len(batch)
+            self.queue_offsets[(batch.topic, batch.queue_id)] = queue_offset + count
 
     def append_raw(self, physical_offset: int, data: bytes) -> None:
         """Place bytes copied from another broker's log at the same offsets (replication)."""

@@ -133,7 +133,7 @@ class Dispatcher:
                 self._index_seen = (end, timestamp)
             self.dispatched_offset = end
             if grown:
-                self._notify({(messages.topic, messages.queue_id): grown})
+                self._notify_queue(messages.topic, messages.queue_id, grown)
             return True
         work = _Pass()
         end = self._dispatch_batch(messages, appended, work)
@@ -322,11 +322,14 @@ class Dispatcher:
 
     def _notify(self, grown: dict[tuple[str, int], int]) -> None:
         for (topic, queue_id), max_offset in grown.items():
-            for listener in self._listeners:
-                try:
-                    listener(topic, queue_id, max_offset)
-                except Exception:
-                    log.exception("queue growth listener failed for %s-%d", topic, queue_id)
+            self._notify_queue(topic, queue_id, max_offset)
+
+    def _notify_queue(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for listener in self._listeners:
+            try:
+                listener(topic, queue_id, max_offset)
+            except Exception:
+                log.exception("queue growth listener failed for %s-%d", topic, queue_id)
 
     def _request(self, buffer: Buffer, at: int, total: int) -> DispatchRequest:
         fields = HEADER.unpack_from(buffer, at)
