@@ -1054,6 +1054,70 @@ static PyObject *send_reply(PyObject *module, PyObject *const *args, Py_ssize_t 
     return reply;
 }
 
+/* -- the pull's reply ---------------------------------------------------------------------- */
+
+#define PULL_STATUS 1 /* PullMessageResponse fields */
+#define PULL_NEXT_BEGIN_OFFSET 2
+#define PULL_MIN_OFFSET 3
+#define PULL_MAX_OFFSET 4
+#define PULL_SUGGEST_WHICH_BROKER_ID 5
+#define PULL_RECORDS 6
+
+PyDoc_STRVAR(pull_reply_doc,
+             "pull_reply(status, next_begin_offset, min_offset, max_offset, suggest_which_broker_id,\n"
+             "           records)\n--\n\n"
+             "The wire bytes of a PullMessageResponse holding ``records`` (a list of bytes): what\n"
+             "PullMessageResponse(...).SerializeToString() gives, with each record copied once.");
+
+static PyObject *pull_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "pull_reply() takes a status, four numbers and a list of records");
+        return NULL;
+    }
+    long long numbers[5];
+    for (int i = 0; i < 5; i++) {
+        numbers[i] = PyLong_AsLongLong(args[i]);
+        if (numbers[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (numbers[0] < INT32_MIN || numbers[0] > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "pull_reply(): the status must fit in 32 bits");
+        return NULL;
+    }
+    PyObject *records = args[5];
+    Py_ssize_t count = PyList_GET_SIZE(records);
+    size_t room = 5 * 11;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyBytes_Check(record)) {
+            PyErr_SetString(PyExc_TypeError, "pull_reply(): records must be bytes");
+            return NULL;
+        }
+        room += 11 + (size_t)PyBytes_GET_SIZE(record);
+    }
+    /* (Records are bytes: the list may not change under us, nothing here runs Python code.) */
+    PyObject *reply = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)room);
+    if (reply == NULL)
+        return NULL;
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(reply), *out = start;
+    out = put_number(out, PULL_STATUS, (int32_t)numbers[0]);
+    out = put_number(out, PULL_NEXT_BEGIN_OFFSET, numbers[1]);
+    out = put_number(out, PULL_MIN_OFFSET, numbers[2]);
+    out = put_number(out, PULL_MAX_OFFSET, numbers[3]);
+    out = put_number(out, PULL_SUGGEST_WHICH_BROKER_ID, numbers[4]);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(record);
+        *out++ = PULL_RECORDS << 3 | LEN; /* a repeated field: every element, empty or not */
+        out = put_varint(out, (uint64_t)len);
+        memcpy(out, PyBytes_AS_STRING(record), (size_t)len);
+        out += len;
+    }
+    if (_PyBytes_Resize(&reply, out - start) < 0)
+        return NULL;
+    return reply;
+}
+
 /* -- crc32c, for tests and for anyone who wants the same checksum --------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0)\n--\n\nCRC-32C of ``data``, continuing from ``value``.");
@@ -1084,6 +1148,7 @@ static PyMethodDef methods[] = {
     {"offset_ids", (PyCFunction)(void (*)(void))offset_ids, METH_FASTCALL, offset_ids_doc},
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
     {"send_reply", (PyCFunction)(void (*)(void))send_reply, METH_FASTCALL, send_reply_doc},
+    {"pull_reply", (PyCFunction)(void (*)(void))pull_reply, METH_FASTCALL, pull_reply_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1117,6 +1182,12 @@ static const struct {
     {"REPLY_BROKER_NAME", REPLY_BROKER_NAME},
     {"REPLY_TRANSACTION_ID", REPLY_TRANSACTION_ID},
     {"REPLY_COMMIT_LOG_OFFSET", REPLY_COMMIT_LOG_OFFSET},
+    {"PULL_STATUS", PULL_STATUS},
+    {"PULL_NEXT_BEGIN_OFFSET", PULL_NEXT_BEGIN_OFFSET},
+    {"PULL_MIN_OFFSET", PULL_MIN_OFFSET},
+    {"PULL_MAX_OFFSET", PULL_MAX_OFFSET},
+    {"PULL_SUGGEST_WHICH_BROKER_ID", PULL_SUGGEST_WHICH_BROKER_ID},
+    {"PULL_RECORDS", PULL_RECORDS},
 };
 
 static int exec_module(PyObject *module) {

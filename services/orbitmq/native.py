@@ -64,8 +64,10 @@ def _agrees(module: ModuleType) -> str | None:
     message = common_pb2.Message.DESCRIPTOR.fields_by_name
     request = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name
     reply = broker_pb2.SendMessageResponse.DESCRIPTOR.fields
+    pull = broker_pb2.PullMessageResponse.DESCRIPTOR.fields
     expected = {
         **{f"REPLY_{field.name.upper()}": field.number for field in reply},
+        **{f"PULL_{field.name.upper()}": field.number for field in pull},
         **{f"REQUEST_{name.upper()}": request[name].number for name in SendHeader._fields},
         "REQUEST_MESSAGES": request["messages"].number,
         "MESSAGE_TOPIC": message["topic"].number,

@@ -27,7 +27,7 @@ from orbitmq.store.config_store import SubscriptionGroupConfig
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.message_id import msg_id_prefix
 from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch, SysFlag, transaction_type
-from orbitmq.store.results import GetStatus, PutResult, PutStatus
+from orbitmq.store.results import GetResult, GetStatus, PutResult, PutStatus
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason, PullStatus, SendStatus
 
@@ -106,6 +106,23 @@ def _send_reply(
         broker_name=broker_name,
         transaction_id=transaction_id,
         commit_log_offset=first,
+    ).SerializeToString()
+
+
+def _pull_reply(status: int, result: GetResult, suggest: int) -> bytes:
+    """A PullMessageResponse's wire bytes: in C when the extension is loaded, each record copied
+    once (protobuf copies a pull's records into the message, then again to serialize it)."""
+    if NATIVE is not None:
+        return NATIVE.pull_reply(  # type: ignore[no-any-return]
+            status, result.next_begin_offset, result.min_offset, result.max_offset, suggest, result.records
+        )
+    return broker_pb2.PullMessageResponse(
+        status=status,
+        next_begin_offset=result.next_begin_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+        suggest_which_broker_id=suggest,
+        records=result.records,
     ).SerializeToString()
 
 
@@ -259,6 +276,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
     # -- consumers -----------------------------------------------------------------------------
 
+    @returns_reply_bytes
     async def PullMessage(self, request: broker_pb2.PullMessageRequest, context: grpc.aio.ServicerContext):
         b = self.b
         started = time.perf_counter()
@@ -276,18 +294,21 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         message_filter = self._filter(request.subscription)
         if request.commit_offset >= 0 and not b.is_slave:  # the pull carries the committed offset
             b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.commit_offset)
-        response = self._read(request, max_count, message_filter)
+        status, result = self._read(request, max_count, message_filter)
         suspend_ms = min(request.suspend_timeout_ms, b.settings.max_suspend_ms)
-        if response.status == _NO_NEW_MSG and suspend_ms > 0:
-            response = await self._hold(request, max_count, message_filter, suspend_ms, context)
+        if status == _NO_NEW_MSG and suspend_ms > 0:
+            status, result = await self._hold(request, max_count, message_filter, suspend_ms, context)
         b.metrics.observe_pull(
-            request.consumer_group, request.topic, len(response.records), time.perf_counter() - started
+            request.consumer_group, request.topic, len(result.records), time.perf_counter() - started
         )
-        return response
+        # Only a master sends readers elsewhere; a slave always points back to the master.
+        suggest = 1 if result.suggest_pull_from_slave and not b.is_slave else 0
+        return _pull_reply(status, result, suggest)
 
     def _read(
         self, request: broker_pb2.PullMessageRequest, max_count: int, message_filter: MessageFilter | None
-    ) -> broker_pb2.PullMessageResponse:
+    ) -> tuple[int, GetResult]:
+        """The store's answer to a pull, and the PullStatus it means to the client."""
         result = self.b.store.get_message(
             request.consumer_group,
             request.topic,
@@ -298,22 +319,12 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         )
         status = result.status
         if status is GetStatus.FOUND:
-            pull = _FOUND
-        elif status is GetStatus.NO_MATCHED_MESSAGE:
-            pull = _NO_MATCHED_MSG
-        elif status in _NO_NEW or (status in _EMPTY_QUEUE and request.queue_offset == 0):
-            pull = _NO_NEW_MSG
-        else:
-            pull = _OFFSET_ILLEGAL
-        return broker_pb2.PullMessageResponse(
-            status=pull,
-            next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset,
-            max_offset=result.max_offset,
-            # Only a master sends readers elsewhere; a slave always points back to the master.
-            suggest_which_broker_id=1 if result.suggest_pull_from_slave and not self.b.is_slave else 0,
-            records=result.records,
-        )
+            return _FOUND, result
+        if status is GetStatus.NO_MATCHED_MESSAGE:
+            return _NO_MATCHED_MSG, result
+        if status in _NO_NEW or (status in _EMPTY_QUEUE and request.queue_offset == 0):
+            return _NO_NEW_MSG, result
+        return _OFFSET_ILLEGAL, result
 
     async def _hold(
         self,
@@ -322,7 +333,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         message_filter: MessageFilter | None,
         suspend_ms: int,
         context: grpc.aio.ServicerContext,
-    ) -> broker_pb2.PullMessageResponse:
+    ) -> tuple[int, GetResult]:
         """Wait until the queue grows past the offset (or the timeout), then read again."""
         b = self.b
         if not b.settings.long_polling_enable:
@@ -340,11 +351,11 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 pass
             finally:
                 b.holds.release(request.topic, request.queue_id, future)
-            response = self._read(request, max_count, message_filter)
-            if response.status != _NO_MATCHED_MSG or b.closing:
-                return response
+            status, result = self._read(request, max_count, message_filter)
+            if status != _NO_MATCHED_MSG or b.closing:
+                return status, result
             # Only filtered-out messages arrived: keep waiting from past them.
-            request.queue_offset = response.next_begin_offset
+            request.queue_offset = result.next_begin_offset
 
     def _filter(self, subscription: common_pb2.Subscription) -> MessageFilter | None:
         expression = subscription.expression.strip()
