@@ -82,8 +82,9 @@ class TopicManager:
         return self.tables.topics.get(topic)
 
     def require(self, topic: str, *, for_read: bool = False) -> TopicConfig:
-        validate_topic_name(topic)
         config = self.tables.topics.get(topic)
+        if config is None:  # a known topic's name was checked when it was created
+            validate_topic_name(topic)
         if config is None and for_read:
             config = self._held_topic(topic)
         if config is None:
@@ -175,9 +176,9 @@ class TopicManager:
     # -- subscription groups -------------------------------------------------------------------
 
     def group(self, group: str, *, create: bool = True) -> SubscriptionGroupConfig:
-        validate_group_name(group)
         config = self.tables.subscription_groups.get(group)
-        if config is None:
+        if config is None:  # a known group's name was checked when it was created
+            validate_group_name(group)
             if not (create and self._auto_create_group):
                 raise RpcFailure(
                     ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group!r} does not exist"

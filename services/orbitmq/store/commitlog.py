@@ -255,6 +255,12 @@ class CommitLog:
     def segments(self) -> list[MappedFile]:
         return list(self._segments)
 
+    @property
+    def last_segment(self) -> MappedFile | None:
+        """The newest segment: where most reads (consumers keeping up) find their records."""
+        segments = self._segments
+        return segments[-1] if segments else None
+
     def _segment_index(self, offset: int) -> int | None:
         segments = self._segments
         if not segments or offset < segments[0].start_offset:

@@ -54,9 +54,15 @@ class PullRead:
         self._min_physical = commitlog.min_offset
         self._max_count, self._max_bytes, self._filter = max_count, max_bytes, message_filter
         # Records are sliced straight from the segment that held the previous one (a pull's
-        # records are usually neighbours); CommitLog.read runs only when the segment changes.
-        self._buffer: Any = None
-        self._segment_start = self._segment_end = 0
+        # records are usually neighbours), starting with the newest segment (consumers that
+        # keep up read there); CommitLog.read runs only when the segment changes.
+        segment = commitlog.last_segment
+        if segment is None:
+            self._buffer: Any = None
+            self._segment_start = self._segment_end = 0
+        else:
+            self._buffer, self._segment_start = segment.buffer, segment.start_offset
+            self._segment_end = min(segment.start_offset + segment.size, commitlog.max_offset)
         self.records: list[bytes] = []
         self.status = GetStatus.NO_MATCHED_MESSAGE
         self.total_bytes, self.next_offset, self.last_physical = 0, offset, 0
