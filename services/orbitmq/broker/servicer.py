@@ -164,7 +164,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             result = b.service.append_batch(batch)
             if b.waits_after_append and result.ok:  # SYNC_FLUSH or SYNC_MASTER
                 result = await b.acknowledged(result)
-            count, transaction_id = batch.count, batch.first_unique_key
+            count, transaction_id = scanned.columns.count, batch.first_unique_key
         else:
             request = head = _parse_send(data)
             if not request.messages:

@@ -413,7 +413,8 @@ class CommitLog:
             raise RuntimeError(f"the C writer wrote {sum(sizes)} bytes of a {total_bytes}-byte batch")
         self._write_offset = end
         count = batch.columns.count
-        self._advance_queue(batch, queue_offset, step, count)
+        if step:  # the queue moves past the messages once they are written (see _start_batch)
+            self.queue_offsets[(batch.topic, batch.queue_id)] = queue_offset + count
         queue_offsets = list(range(queue_offset, queue_offset + count)) if step else [0] * count
         return AppendedBatch(
             first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, units=units

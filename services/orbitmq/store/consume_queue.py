@@ -166,7 +166,7 @@ class ConsumeQueue:
             first_queue_offset != self._max_offset
             or tail is None
             or not tail.start_offset <= byte_offset
-            or byte_offset + len(units) > tail.end_offset
+            or byte_offset + len(units) > tail.start_offset + tail.size
         ):
             grown = False
             for queue_offset, unit in enumerate(UNIT.iter_unpack(units), first_queue_offset):

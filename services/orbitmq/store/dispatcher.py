@@ -80,9 +80,10 @@ class Dispatcher:
         self._index_sink = index_sink
         self._delay_levels_ms = delay_levels_ms
         self._listeners: list[QueueGrowthListener] = []
-        self._pending: deque[
+        self.pending: deque[
             tuple[int, Sequence[InboundMessage] | MessageBatch | ScannedBatch, AppendedBatch]
         ] = deque()
+        """Batches appended but not dispatched yet (the put found earlier records waiting)."""
         self._topic_names: dict[bytes, str] = {}
         self._tag_codes: dict[str | None, int] = {None: 0}
         """Tag → code; ``None`` (no tag) → 0 is kept in it so a batch looks codes up in one ``map``."""
@@ -104,7 +105,7 @@ class Dispatcher:
         self, messages: Sequence[InboundMessage] | MessageBatch | ScannedBatch, appended: AppendedBatch
     ) -> None:
         """Hand over a batch just appended (called under the put lock); one deque entry per batch."""
-        pending = self._pending
+        pending = self.pending
         if len(pending) > _MAX_PENDING_BATCHES:  # nobody is dispatching: stop buffering, decode later
             pending.clear()
         pending.append((appended.first_physical_offset, messages, appended))
@@ -119,7 +120,7 @@ class Dispatcher:
         before it is acknowledged. False when earlier records wait (replicated bytes, a backlog):
         then ``messages`` are queued for :meth:`dispatch_pending` as :meth:`submit` does.
         """
-        if self._pending or self.dispatched_offset != appended.first_physical_offset:
+        if self.pending or self.dispatched_offset != appended.first_physical_offset:
             self.submit(messages, appended)
             return False
         if type(messages) is MessageBatch or type(messages) is ScannedBatch:
@@ -148,7 +149,7 @@ class Dispatcher:
         start = position = max(self.dispatched_offset, commitlog.min_offset)
         limit = min(commitlog.max_offset, start + max_bytes)
         work = _Pass()
-        pending = self._pending
+        pending = self.pending
         segment, segment_end = None, -1
         while position < limit:
             while pending and pending[0][0] < position:

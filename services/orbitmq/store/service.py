@@ -162,7 +162,7 @@ class StoreService:
         return self._appended(self.store.put_batch(batch))  # type: ignore[arg-type]
 
     def _appended(self, result: PutResult) -> PutResult:
-        if result.ok and self.store.dispatcher.lag_bytes:  # records the put could not dispatch itself
+        if self.store.dispatcher.pending:  # records the put could not dispatch itself
             self._dispatch_wakeup.set()
         return result
 
