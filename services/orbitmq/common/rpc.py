@@ -212,7 +212,8 @@ def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcM
 
         async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
-                _check_parsed(request)
+                if type(request) is _Malformed:  # (inline: this runs on every call)
+                    _check_parsed(request)
                 return await inner(request, context)
             except Exception as error:
                 failure = _as_failure(error)

@@ -57,9 +57,6 @@ class GrpcServer:
         self.registry = registry or CollectorRegistry()
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self._health = health.aio.HealthServicer()
-        registrar = GenericRegistrar(self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, registrar)  # type: ignore[arg-type]
-        registrar.check(HEALTH_SERVICE)
         self._services: list[str] = []
         self._metrics_http: Any = None
         self.port = 0
@@ -68,10 +65,19 @@ class GrpcServer:
     def add_service(self, full_name: str, register: Callable[[grpc.aio.Server], None]) -> None:
         """``register`` is the generated ``add_XServicer_to_server`` bound to a servicer; its
         handlers are registered with orbitmq's error mapping (:func:`error_mapping_registrar`)."""
-        registrar = error_mapping_registrar(self.server)
+        self._register(full_name, register, error_mapping_registrar(self.server))
+        self._services.append(full_name)
+
+    def _register(
+        self,
+        full_name: str,
+        register: Callable[[grpc.aio.Server], None],
+        registrar: GenericRegistrar | None = None,
+    ) -> None:
+        """Run generated registration code through ``registrar`` (generic handlers only)."""
+        registrar = registrar or GenericRegistrar(self.server)
         register(registrar)  # type: ignore[arg-type]
         registrar.check(full_name)
-        self._services.append(full_name)
 
     @property
     def address(self) -> str:
@@ -97,12 +103,18 @@ class GrpcServer:
 
     async def start(self) -> None:
         self.bind()
-        registrar = GenericRegistrar(self.server)
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-            reflection.aio.ReflectionServicer([*self._services, HEALTH_SERVICE, reflection.SERVICE_NAME]),
-            registrar,  # type: ignore[arg-type]
+        # grpc.aio asks generic handlers in the order they were added, one Python call each:
+        # the orbitmq services come first, health and reflection after them.
+        self._register(
+            HEALTH_SERVICE, lambda s: health_pb2_grpc.add_HealthServicer_to_server(self._health, s)
         )
-        registrar.check(reflection.SERVICE_NAME)
+        services = [*self._services, HEALTH_SERVICE, reflection.SERVICE_NAME]
+        self._register(
+            reflection.SERVICE_NAME,
+            lambda s: reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+                reflection.aio.ReflectionServicer(services), s
+            ),
+        )
         await self.server.start()
         for service in ["", *self._services]:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
