@@ -383,7 +383,8 @@ class CommitLog:
         )
         segment.write_parts(first - segment.start_offset, list(chain.from_iterable(records)))
         self._write_offset = end
-        self._advance_queue(batch, queue_offset, step, len(sizes))
+        if step:  # the queue moves past the messages once they are written (see _start_batch)
+            self.queue_offsets[(batch.topic, batch.queue_id)] = queue_offset + len(sizes)
         return AppendedBatch(first, sizes, queue_offsets, store_timestamp_ms, self.store_host, end, physical)
 
     def append_scanned(
@@ -426,7 +427,7 @@ class CommitLog:
         """What every batch append starts with: the segment that takes ``total_bytes`` (rolled
         if needed), the first record's offset, the first queue offset and its step per message
         (0: prepared and rolled-back halves all get queue offset 0), and the header fields the
-        batch's records share. The caller advances the queue's counter (:meth:`_advance_queue`)
+        batch's records share. The caller moves the queue's counter past the batch
         once the records are written, so a failed write leaves no gap in the queue."""
         segment = self._writable_segment(total_bytes)
         if batch.sys_flag & TRANSACTION_MASK in _NO_QUEUE_OFFSET_TYPES:
@@ -447,13 +448,6 @@ class CommitLog:
             0,  # prepared transaction offset: only the broker's own puts set it
         )
         return segment, self._write_offset, queue_offset, step, shared
-
-    def _advance_queue(
-        self, batch: MessageBatch | ScannedBatch, queue_offset: int, step: int, count: int
-    ) -> None:
-        """Move the batch's queue past its ``count`` messages, once they are written."""
-        if step:
-            self.queue_offsets[(batch.topic, batch.queue_id)] = queue_offset + count
 
     def append_raw(self, physical_offset: int, data: bytes) -> None:
         """Place bytes copied from another broker's log at the same offsets (replication)."""
