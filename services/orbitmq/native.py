@@ -1,9 +1,10 @@
-"""The C send path (``orbitmq/_native.c``), when it was built and agrees with this source tree.
+"""The C send and pull paths (``orbitmq/_native.c``), when built and in agreement with this tree.
 
 A batched send costs a Python broker a protobuf wrapper, a properties dict, an encoded
 properties string, a CRC call and a header pack per message. The C module does that work
 straight from the request bytes: :func:`scan_send` checks the messages and returns what the
-broker still needs in Python, and ``write`` (called by the commit log) builds the records.
+broker still needs in Python, ``write`` (called by the commit log) builds the records and
+returns their consume-queue units, and ``send_reply`` / ``pull_reply`` encode the replies.
 
 The Python path stays the reference for every rule: anything the scanner does not take
 (delays, transactions, separators inside properties, duplicate map keys, odd wire shapes) and
