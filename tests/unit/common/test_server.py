@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
@@ -41,9 +43,9 @@ class FailingNameServer(nameserver_pb2_grpc.NameServerServicer):
         )
 
 
-async def test_health_errors_metrics_and_stop() -> None:
-    server = GrpcServer("test", "127.0.0.1:0", metrics_listen="127.0.0.1:0")
-    Counter("orbitmq_test_events_total", "test", registry=server.registry).inc(3)
+@asynccontextmanager
+async def _serving(server: GrpcServer) -> AsyncIterator[grpc.aio.Channel]:
+    """``server`` with the failing name server, started, and a channel to it; stopped after."""
     servicer = FailingNameServer()
     server.add_service(
         "orbitmq.v1.NameServer", lambda s: nameserver_pb2_grpc.add_NameServerServicer_to_server(servicer, s)
@@ -51,25 +53,32 @@ async def test_health_errors_metrics_and_stop() -> None:
     await server.start()
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            reply = await health.Check(health_pb2.HealthCheckRequest(service="orbitmq.v1.NameServer"))
-            assert reply.status == health_pb2.HealthCheckResponse.SERVING
-            stub = nameserver_pb2_grpc.NameServerStub(channel)
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await stub.QueryRoute(nameserver_pb2.QueryRouteRequest(topic="Nope"))
-            assert caught.value.code() is grpc.StatusCode.NOT_FOUND
-            failure = failure_of(caught.value)
-            assert failure is not None and failure.reason == ErrorReason.TOPIC_NOT_EXIST
-            assert failure.metadata == {"topic": "Nope"} and "'Nope'" in failure.message
-            listed = await _reflected_services(channel)
-            assert {"orbitmq.v1.NameServer", "grpc.health.v1.Health"} <= listed
-            metrics = await asyncio.to_thread(_fetch, server.metrics_url)
-            assert "orbitmq_test_events_total 3.0" in metrics
-            await server.set_serving(False)
-            reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
-            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            yield channel
     finally:
         await server.stop(0.5)
+
+
+async def test_health_errors_metrics_and_stop() -> None:
+    server = GrpcServer("test", "127.0.0.1:0", metrics_listen="127.0.0.1:0")
+    Counter("orbitmq_test_events_total", "test", registry=server.registry).inc(3)
+    async with _serving(server) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        reply = await health.Check(health_pb2.HealthCheckRequest(service="orbitmq.v1.NameServer"))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        stub = nameserver_pb2_grpc.NameServerStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.QueryRoute(nameserver_pb2.QueryRouteRequest(topic="Nope"))
+        assert caught.value.code() is grpc.StatusCode.NOT_FOUND
+        failure = failure_of(caught.value)
+        assert failure is not None and failure.reason == ErrorReason.TOPIC_NOT_EXIST
+        assert failure.metadata == {"topic": "Nope"} and "'Nope'" in failure.message
+        listed = await _reflected_services(channel)
+        assert {"orbitmq.v1.NameServer", "grpc.health.v1.Health"} <= listed
+        metrics = await asyncio.to_thread(_fetch, server.metrics_url)
+        assert "orbitmq_test_events_total 3.0" in metrics
+        await server.set_serving(False)
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
+        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @pytest.mark.parametrize("bad", ["9876", "host:", "host:70000", ":1"])
@@ -90,22 +99,13 @@ async def test_a_call_waits_on_one_request_whatever_the_services(monkeypatch: py
         return await wait(futures, *args, **kwargs)
 
     monkeypatch.setattr(asyncio, "wait", recording_wait)
-    server = GrpcServer("test", "127.0.0.1:0")
-    servicer = FailingNameServer()
-    server.add_service(
-        "orbitmq.v1.NameServer", lambda s: nameserver_pb2_grpc.add_NameServerServicer_to_server(servicer, s)
-    )
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            for _ in range(5):
-                await health.Check(health_pb2.HealthCheckRequest(service=""))
-            with pytest.raises(grpc.aio.AioRpcError):
-                await nameserver_pb2_grpc.NameServerStub(channel).QueryRoute(
-                    nameserver_pb2.QueryRouteRequest(topic="Nope")
-                )
-    finally:
-        await server.stop(0.5)
+    async with _serving(GrpcServer("test", "127.0.0.1:0")) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for _ in range(5):
+            await health.Check(health_pb2.HealthCheckRequest(service=""))
+        with pytest.raises(grpc.aio.AioRpcError):
+            await nameserver_pb2_grpc.NameServerStub(channel).QueryRoute(
+                nameserver_pb2.QueryRouteRequest(topic="Nope")
+            )
     assert fan_in, "grpc.aio no longer waits per call: this test has nothing left to check"
     assert max(fan_in) <= 2, f"a call waited on {max(fan_in)} pending requests"
