@@ -12,12 +12,13 @@ import click
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from orbitmq.client.channels import DEFAULT_NAMESRV, NAMESRV_ENV
 from orbitmq.common.settings import SettingsError, load_settings
 
 T = TypeVar("T", bound=BaseModel)
 
-NAMESRV_ENV = "ORBITMQ_NAMESRV"
 
 
 def settings_or_exit(model: type[T], file: Path | None, env_prefix: str, flags: Mapping[str, Any]) -> T:
@@ -32,7 +33,7 @@ def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--namesrv",
         envvar=NAMESRV_ENV,
-        default="127.0.0.1:9876",
+        default=DEFAULT_NAMESRV,
         show_default=True,
         help=f"Name servers 'host:port;host:port' (or {NAMESRV_ENV}).",
     )(function)
@@ -54,14 +55,34 @@ def emit_rows(
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        table.add_row(*(Text(human(row.get(c))) for c in columns))  # Text: no markup in values
     Console(width=max(100, os.get_terminal_size().columns if os.isatty(1) else 160)).print(table)
 
 
 def emit_object(data: Mapping[str, Any], as_json: bool) -> None:
+    """``name  value`` lines for people, or one JSON object for scripts."""
     if as_json:
         click.echo(json.dumps(data))
         return
     width = max((len(k) for k in data), default=0)
     for key, value in data.items():
-        click.echo(f"{key:<{width}}  {value}")
+        click.echo(f"{key:<{width}}  {human(value)}")
+
+
+def human(value: Any) -> str:
+    """A value as a person reads it: no Python reprs (``None``, ``['a']``, ``True``) in output.
+
+    Lists are joined with commas, mappings become ``name=value`` pairs, a missing value is
+    ``-``, booleans are ``yes``/``no``; JSON output keeps the typed values instead.
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={human(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(human(v) for v in value) or "-"
+    return str(value)

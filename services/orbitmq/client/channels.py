@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import grpc
 
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS, split_host_port
 from orbitmq.v1 import broker_pb2_grpc, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
+
+NAMESRV_ENV = "ORBITMQ_NAMESRV"
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+"""Codes that say nothing answered at that address, so another name server may."""
 
 
 def parse_addresses(value: str | list[str]) -> list[str]:
@@ -22,12 +30,16 @@ def parse_addresses(value: str | list[str]) -> list[str]:
 
 
 class Channels:
-    def __init__(self, namesrv: str | list[str]) -> None:
-        self.namesrv_addrs = parse_addresses(namesrv)
+    def __init__(self, namesrv: str | list[str] | None = None) -> None:
+        """``namesrv``: ``"host:port;host:port"`` or a list; None reads ``ORBITMQ_NAMESRV``, then
+        the local default ``127.0.0.1:9876``."""
+        self.namesrv_addrs = parse_addresses(namesrv or os.environ.get(NAMESRV_ENV, DEFAULT_NAMESRV))
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         """Stubs are cached: building one creates a callable per RPC method, too dear per call."""
-        self._next_namesrv = 0
+        self._namesrvs: dict[str, nameserver_pb2_grpc.NameServerStub] = {}
+        self._preferred_namesrv = 0
+        """Index of the name server that answered last: calls start there."""
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
@@ -41,23 +53,46 @@ class Channels:
             stub = self._brokers[address] = broker_pb2_grpc.BrokerStub(self.channel(address))
         return stub
 
+    def _namesrv_stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
+        stub = self._namesrvs.get(address)
+        if stub is None:
+            stub = self._namesrvs[address] = nameserver_pb2_grpc.NameServerStub(self.channel(address))
+        return stub
+
     async def namesrv_call(self, method: str, request: object, timeout_s: float = 5) -> object:
-        """Call a NameServer method on the first name server that answers (any is as good)."""
-        last: grpc.aio.AioRpcError | None = None
+        """Call a NameServer method, trying each configured name server at most once.
+
+        Name servers never talk to each other and any live one is as good as another, so the
+        call starts at the one that answered last (RocketMQ's client keeps its chosen name
+        server until it fails) and moves on only when that one cannot be reached. The rotation
+        is computed from one starting point per call, so every address is tried exactly once
+        whatever other calls do meanwhile; a non-connection failure is the server's answer and
+        is raised at once.
+        """
         count = len(self.namesrv_addrs)
+        start = self._preferred_namesrv
+        failures: list[str] = []
         for attempt in range(count):
-            address = self.namesrv_addrs[(self._next_namesrv + attempt) % count]
-            stub = nameserver_pb2_grpc.NameServerStub(self.channel(address))
+            index = (start + attempt) % count
+            address = self.namesrv_addrs[index]
             try:
-                return await getattr(stub, method)(request, timeout=timeout_s)
+                reply = await getattr(self._namesrv_stub(address), method)(request, timeout=timeout_s)
             except grpc.aio.AioRpcError as error:
-                if error.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    raise RpcFailure(
+                        ErrorReason.SERVICE_NOT_AVAILABLE,
+                        f"{address} is not an orbitmq name server (it does not serve "
+                        f"NameServer.{method}); check --namesrv or {NAMESRV_ENV}",
+                    ) from None
+                if error.code() not in _UNREACHABLE:
                     raise
-                last = error
-                self._next_namesrv = (self._next_namesrv + 1) % count
+                failures.append(f"{address} {error.code().name.lower()}")
+                continue
+            self._preferred_namesrv = index
+            return reply
         raise RpcFailure(
             ErrorReason.SERVICE_NOT_AVAILABLE,
-            f"no name server answered ({';'.join(self.namesrv_addrs)}): {last.details() if last else ''}",
+            f"no name server answered ({'; '.join(failures)}); check --namesrv or {NAMESRV_ENV}",
         )
 
     async def close(self) -> None:
@@ -65,3 +100,4 @@ class Channels:
             await channel.close()
         self._channels.clear()
         self._brokers.clear()
+        self._namesrvs.clear()

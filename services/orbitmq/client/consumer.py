@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +28,7 @@ from orbitmq.client.consumer_metrics import ConsumerMetrics
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, MessageModel
 from orbitmq.client.offset_store import LocalFileOffsetStore, RemoteOffsetStoreState
 from orbitmq.client.process_queue import ProcessQueue
-from orbitmq.client.producer import NAMESRV_ENV, client_id
+from orbitmq.client.producer import client_id
 from orbitmq.client.queue import MessageQueue
 from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.client.session import BrokerSessions
@@ -78,7 +77,7 @@ class PushConsumer:
         self.metrics = metrics or ConsumerMetrics(group, self.client_id)
         self._allocate = allocate or AllocateAveragely()
         self._listener = listener
-        self._channels = Channels(namesrv or os.environ.get(NAMESRV_ENV, "127.0.0.1:9876"))
+        self._channels = Channels(namesrv)
         self._subscriptions: dict[str, common_pb2.Subscription] = {}
         self._tag_filters: dict[str, TagFilter] = {}
         self._routes: dict[str, ReadRoute] = {}

@@ -38,7 +38,6 @@ from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
 
 log = logging.getLogger(__name__)
 
-NAMESRV_ENV = "ORBITMQ_NAMESRV"
 MASTER_ID = 0
 WRITE = 2
 RETRIABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -78,7 +77,7 @@ class Producer:
         validate_group_name(group)
         self.group = group
         self.client_id = client_id()
-        self._channels = Channels(namesrv or os.environ.get(NAMESRV_ENV, "127.0.0.1:9876"))
+        self._channels = Channels(namesrv)
         self._send_timeout_s = send_timeout_ms / 1000
         self._retry_times = retry_times
         self._route_refresh_s = route_refresh_ms / 1000

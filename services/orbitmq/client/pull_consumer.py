@@ -9,12 +9,10 @@ is what ``orbitmq admin group progress`` and a later push consumer of the same g
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from enum import Enum
 
 from orbitmq.client.channels import Channels
-from orbitmq.client.producer import NAMESRV_ENV
 from orbitmq.client.queue import MessageQueue
 from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.common.names import validate_group_name, validate_topic_name
@@ -53,7 +51,7 @@ class PullConsumer:
 
     def __init__(self, group: str, namesrv: str | None = None) -> None:
         self.group = validate_group_name(group)
-        self._channels = Channels(namesrv or os.environ.get(NAMESRV_ENV, "127.0.0.1:9876"))
+        self._channels = Channels(namesrv)
         self._routes: dict[str, ReadRoute] = {}
 
     async def __aenter__(self) -> PullConsumer:

@@ -8,7 +8,9 @@ Kubernetes stop sending), then in-flight calls get a grace period to finish.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,10 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),
+    # A client channel to a server that was down retries its connection with exponential
+    # backoff, by default up to 120 s: a name server or a new master back after a minute would
+    # stay unused for another two. Five seconds keeps the retries cheap and the return quick.
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 ]
 
 
@@ -39,6 +46,41 @@ def split_host_port(address: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"address {address!r} must be 'host:port' with a port from 0 to 65535")
     return host.strip("[]"), int(port)
+
+
+class StartupError(OrbitError):
+    """A process cannot start as configured; the message is one line that names the value,
+    the rule it broke and what to do, because the command line prints it instead of a traceback."""
+
+
+class ListenError(StartupError):
+    """An address could not be bound (port in use, no such local address, no permission)."""
+
+
+def bind_problem(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, found by trying it with a plain socket.
+
+    gRPC reports a failed bind only as "Failed to bind" (the reason goes to its C-core log,
+    which the CLI silences), so the reason is asked of the operating system directly.
+    """
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            return f"port {port} is already in use by another process"
+        return error.strerror or str(error)
+    return "the address could not be bound"
+
+
+def listen_error(what: str, address: str, flag: str, reason: str) -> ListenError:
+    """One line: what could not listen where, why, and the flag that chooses another address."""
+    return ListenError(
+        f"{what} cannot listen on {address}: {reason}; stop whatever holds it or choose another "
+        f"address with {flag} (port 0 picks a free one)"
+    )
 
 
 class GrpcServer:
@@ -96,9 +138,13 @@ class GrpcServer:
     def bind(self) -> int:
         """Reserve the listening port (before start, so the address can be advertised)."""
         if not self.port:
-            self.port = self.server.add_insecure_port(self._listen)
+            try:
+                self.port = self.server.add_insecure_port(self._listen)
+            except RuntimeError:  # grpc's only word for a failed bind
+                self.port = 0
             if self.port == 0:
-                raise OSError(f"{self.name}: could not listen on {self._listen}")
+                host, port = split_host_port(self._listen)
+                raise listen_error(self.name, self._listen, "--listen", bind_problem(host, port))
         return self.port
 
     async def start(self) -> None:
@@ -115,15 +161,26 @@ class GrpcServer:
                 reflection.aio.ReflectionServicer(services), s
             ),
         )
+        if self._metrics_listen is not None:
+            self._start_metrics(self._metrics_listen)  # before serving: a bad port stops nothing
         await self.server.start()
         for service in ["", *self._services]:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        if self._metrics_listen is not None:
-            host, port = split_host_port(self._metrics_listen)
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
-            self._metrics_http = server
-            self.metrics_port = server.server_port
         log.info("%s serving on %s (metrics %s)", self.name, self.address, self.metrics_url)
+
+    def _start_metrics(self, listen: str) -> None:
+        host, port = split_host_port(listen)
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as error:
+            reason = (
+                f"port {port} is already in use by another process"
+                if error.errno == errno.EADDRINUSE
+                else error.strerror or str(error)
+            )
+            raise listen_error(f"{self.name} metrics", listen, "--metrics-listen", reason) from None
+        self._metrics_http = server
+        self.metrics_port = server.server_port
 
     async def set_serving(self, serving: bool) -> None:
         status = (
