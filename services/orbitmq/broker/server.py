@@ -40,7 +40,7 @@ from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to
 from orbitmq.broker.transactions import TransactionService
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.rpc import RpcFailure
-from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, split_host_port
+from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, StartupError, split_host_port
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property
 from orbitmq.store.config import BrokerRole
@@ -85,6 +85,25 @@ class Broker:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Serve and register; a failed start frees the port and the store lock before raising."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._abort_start()
+            raise
+
+    async def _abort_start(self) -> None:
+        self._closed = True
+        await self.grpc.stop(0)
+        await self._stop_replication()
+        await self._master_tasks.close()
+        await self._tasks.close()
+        for channel in self._namesrv_channels.values():
+            await channel.close()
+        if hasattr(self, "service"):
+            await self.service.close()
+
+    async def _start(self) -> None:
         settings = self.settings
         self.grpc.add_service(
             "orbitmq.v1.Broker",
@@ -145,7 +164,7 @@ class Broker:
         self._tasks.spawn("sweep", self._sweep_loop())
         self._tasks.spawn("persist-config", self._persist_loop())
         if settings.namesrv_addrs:
-            await self._register_all()  # routable before anyone is told the broker is up
+            await self._register_all(strict=True)  # routable before anyone is told the broker is up
             self._tasks.spawn("register", self._register_loop())
         if self.is_slave:
             self._start_replication()
@@ -511,9 +530,13 @@ class Broker:
             )
         return nameserver_pb2_grpc.NameServerStub(channel)
 
-    async def _register_all(self) -> None:
+    async def _register_all(self, *, strict: bool = False) -> None:
+        """Register with every name server; ``strict`` (at start-up) refuses to start when a
+        configured address answers but is not a name server (a broker's port, say): that is a
+        mistake in the settings, not an outage to wait out."""
         settings = self.settings
         request = nameserver_pb2.RegisterBrokerRequest(
+        wrong: list[str] = []
             cluster=settings.cluster,
             broker_name=settings.broker_name,
             broker_addr=self.address,
@@ -531,13 +554,24 @@ class Broker:
             try:
                 reply = await self._namesrv(address).RegisterBroker(request, timeout=5)
             except grpc.aio.AioRpcError as error:
-                log.warning("registration with name server %s failed: %s", address, error.details())
+                if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    wrong.append(address)
+                else:
+                    log.warning("registration with name server %s failed: %s", address, error.details())
                 return
             if reply.master_addr and reply.master_addr != self.address:
                 self.known_master_addr = reply.master_addr
 
         await asyncio.gather(*(register(a) for a in settings.namesrv_addrs))
 
+        if wrong:
+            message = (
+                f"name server address {', '.join(wrong)} is not a name server (it does not serve "
+                "orbitmq.v1.NameServer; a broker's port?); check --namesrv / ORBITMQ_NAMESRV"
+            )
+            if strict:
+                raise StartupError(message)
+            log.warning("%s", message)
     async def _unregister(self) -> None:
         settings = self.settings
         request = nameserver_pb2.UnregisterBrokerRequest(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import click
 
 from orbitmq.broker.settings import ENV_PREFIX, BrokerSettings
 from orbitmq.cli.common import NAMESRV_ENV, settings_or_exit
+from orbitmq.cli.serve import serve
 
 
 @click.command("broker")
@@ -39,4 +39,4 @@ def broker_command(config_file: Path | None, **flags: object) -> None:
     if flags.get("namesrv") is None and os.environ.get(NAMESRV_ENV):
         flags["namesrv"] = os.environ[NAMESRV_ENV]
     settings = settings_or_exit(BrokerSettings, config_file, ENV_PREFIX, flags)
-    asyncio.run(run(settings))
+    serve(f"broker {settings.broker_name}", run(settings))

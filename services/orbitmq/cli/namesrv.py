@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
 
 from orbitmq.cli.common import settings_or_exit
+from orbitmq.cli.serve import serve
 from orbitmq.nameserver.settings import ENV_PREFIX, NameServerSettings
 
 SETTINGS_EXIT_CODE = 2
@@ -36,10 +36,7 @@ def namesrv(config_file: Path | None, **flags: object) -> None:
     except click.ClickException as error:
         error.exit_code = SETTINGS_EXIT_CODE
         raise
-    try:
-        asyncio.run(run(settings))
-    except OSError as error:
-        raise click.ClickException(f"namesrv could not start: {error}") from None
+    serve("namesrv", run(settings))
 
 
 if __name__ == "__main__":

@@ -77,9 +77,10 @@ def bind_problem(host: str, port: int) -> str:
 
 def listen_error(what: str, address: str, flag: str, reason: str) -> ListenError:
     """One line: what could not listen where, why, and the flag that chooses another address."""
+    stop = "stop whatever holds it or " if "in use" in reason else ""
     return ListenError(
-        f"{what} cannot listen on {address}: {reason}; stop whatever holds it or choose another "
-        f"address with {flag} (port 0 picks a free one)"
+        f"{what} cannot listen on {address}: {reason}; {stop}choose another address with {flag} "
+        "(port 0 picks a free one)"
     )
 
 

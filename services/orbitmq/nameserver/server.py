@@ -54,7 +54,7 @@ class NameServer:
         return self.grpc.metrics_url
 
     async def start(self) -> None:
-        """Bind, serve, start the expiry scan. Raises OSError when an address cannot be bound."""
+        """Bind, serve, start the expiry scan. Raises ListenError when an address cannot be bound."""
         if self._started:
             return
         self._started = True
@@ -63,10 +63,6 @@ class NameServer:
             SERVICE_NAME, lambda s: nameserver_pb2_grpc.add_NameServerServicer_to_server(servicer, s)
         )
         try:
-            try:
-                self.grpc.bind()
-            except RuntimeError as error:  # grpc reports a failed bind as RuntimeError
-                raise OSError(f"namesrv cannot listen on {self.settings.listen}: {error}") from None
             await self.grpc.start()
         except BaseException:
             await self.close()

@@ -70,7 +70,53 @@ class StoreError(OrbitError):
 
 
 class StoreLockedError(StoreError):
+    """Another process holds the store's lock; ``holder_pid`` names it when it could be read."""
+
     retriable = True
+
+    def __init__(self, message: str, holder_pid: int | None = None) -> None:
+        super().__init__(message)
+        self.holder_pid = holder_pid
+
+
+def lock_holder(root: Path) -> int | None:
+    """The PID of the process holding the store lock in ``root`` now (-1 if it wrote none), or
+    None when the lock is free.
+
+    Lets a supervisor name a leftover broker before starting anything (the lock is only probed:
+    taken and released at once).
+    """
+    try:
+        fd = os.open(root / "lock", os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_pid(fd) or -1
+    finally:
+        os.close(fd)  # closing drops a lock taken just now
+    return None
+
+
+def _read_pid(fd: int) -> int | None:
+    """The PID a lock holder wrote into the lock file (None for an older, empty lock file)."""
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _locked_message(root: Path, holder: int | None) -> str:
+    if holder is None:
+        return f"data directory {root} is in use by another process; stop it or choose another directory"
+    try:
+        command = Path(f"/proc/{holder}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        command = ""
+    shown = f" ({command[:240]})" if command else ""
+    return (
+        f"data directory {root} is in use by PID {holder}{shown}; one process at a time may use "
+        f"a store: stop it (kill {holder}) or choose another directory"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +172,13 @@ class MessageStore:
         """Load and recover; blocking (scans files), so async callers run it in a thread."""
         if self._open:
             raise StoreError(f"store {self._root} is already open")
-        self._root.mkdir(parents=True, exist_ok=True)
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(
+                f"data directory {self._root} cannot be created ({error.strerror}): it must be a "
+                "directory this user can write, under a parent that exists; choose another (--data-dir)"
+            ) from None
         self._acquire_lock()
         try:
             report = self._recover()
@@ -210,12 +262,17 @@ class MessageStore:
         self.index.close()
 
     def _acquire_lock(self) -> None:
+        """Take the directory's ``lock`` file (flock: freed by the kernel when the holder dies,
+        however it dies) and write our PID into it, so a refused start can name the holder."""
         fd = os.open(self._root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _read_pid(fd)
             os.close(fd)
-            raise StoreLockedError(f"store directory {self._root} is in use by another process") from None
+            raise StoreLockedError(_locked_message(self._root, holder), holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
 
     def _release_lock(self) -> None:
