@@ -535,8 +535,8 @@ class Broker:
         configured address answers but is not a name server (a broker's port, say): that is a
         mistake in the settings, not an outage to wait out."""
         settings = self.settings
-        request = nameserver_pb2.RegisterBrokerRequest(
         wrong: list[str] = []
+        request = nameserver_pb2.RegisterBrokerRequest(
             cluster=settings.cluster,
             broker_name=settings.broker_name,
             broker_addr=self.address,
@@ -563,7 +563,6 @@ class Broker:
                 self.known_master_addr = reply.master_addr
 
         await asyncio.gather(*(register(a) for a in settings.namesrv_addrs))
-
         if wrong:
             message = (
                 f"name server address {', '.join(wrong)} is not a name server (it does not serve "
@@ -572,6 +571,7 @@ class Broker:
             if strict:
                 raise StartupError(message)
             log.warning("%s", message)
+
     async def _unregister(self) -> None:
         settings = self.settings
         request = nameserver_pb2.UnregisterBrokerRequest(
