@@ -1,17 +1,80 @@
-"""``orbitmq produce``: send messages from the command line (one JSON line per result with --json)."""
+"""``orbitmq produce``: send messages from the command line.
+
+Each send rides out a broker failover within ``--send-timeout-ms`` (the library producer's retry
+policy, :mod:`orbitmq.client.retry`). The output is one line per acknowledged send (one JSON
+object with ``--json``) and a summary at the end: count, rate, failures. A send that fails for
+good stops the run with one line on standard error naming the topic, the broker and the reason,
+and a non-zero exit code. On a terminal a progress bar is drawn on standard error.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import click
 
 from orbitmq.cli.common import namesrv_option
+from orbitmq.cli.progress import progress, wanted
 from orbitmq.client.message import Message, SendResult
 from orbitmq.client.producer import Producer
 from orbitmq.common.errors import OrbitError
+
+PROGRAM = "orbitmq produce"
+
+
+@dataclass
+class Tally:
+    """What a run did, for its summary."""
+
+    total: int
+    started: float = field(default_factory=time.monotonic)
+    sent: int = 0
+    failed: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+
+    def add(self, result: SendResult, count: int) -> None:
+        self.sent += count
+        self.statuses[result.status.value] += count
+
+    def summary(self) -> dict[str, object]:
+        seconds = time.monotonic() - self.started
+        return {
+            "sent": self.sent,
+            "failed": self.failed,
+            "not_sent": self.total - self.sent - self.failed,
+            "seconds": round(seconds, 3),
+            "rate_per_s": round(self.sent / seconds, 1) if seconds > 0 else 0.0,
+            "statuses": dict(self.statuses),
+        }
+
+    def summary_line(self) -> str:
+        s = self.summary()
+        line = (
+            f"sent {s['sent']} of {self.total} message(s) in {s['seconds']:.2f} s "
+            f"({s['rate_per_s']:.0f} msg/s), {s['failed']} failed"
+        )
+        others = {k: v for k, v in self.statuses.items() if k != "SEND_OK"}
+        if others:  # stored, but not (yet) on a slave: worth knowing
+            line += "; " + ", ".join(f"{v} {k}" for k, v in sorted(others.items()))
+        return line
+
+
+def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
+    """``K=V`` pairs as a dict; a value without ``=`` or with an empty key is a usage error."""
+    properties: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} must be KEY=VALUE", param_hint="--property")
+        properties[key.strip()] = text
+    return properties
 
 
 @click.command("produce")
@@ -24,13 +87,32 @@ from orbitmq.common.errors import OrbitError
 )
 @click.option("--tag")
 @click.option("--key", help="Business key (indexed); {i} becomes the message's index.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="K=V",
+    help="User property (repeatable), e.g. for SQL92 filters: --property a=3 --property region=eu.",
+)
 @click.option("--sharding-key", help="Ordered: every message with this key goes to the same queue.")
 @click.option("--delay-level", type=click.IntRange(0, 18), default=0, show_default=True)
 @click.option(
     "--batch", type=click.IntRange(1, 1024), default=1, show_default=True, help="Messages per send."
 )
 @click.option("--group", default="orbitmq-cli-producer", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON line per result.")
+@click.option(
+    "--send-timeout-ms",
+    type=click.IntRange(1, None),
+    default=10_000,
+    show_default=True,
+    help="Budget of one send, retries included (rides out a master failover).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='One JSON object per send, then {"summary": {...}} (no progress bar).',
+)
 def produce(
     namesrv: str,
     topic: str,
@@ -39,44 +121,81 @@ def produce(
     size: int | None,
     tag: str | None,
     key: str | None,
+    properties: tuple[str, ...],
     sharding_key: str | None,
     delay_level: int,
     batch: int,
     group: str,
+    send_timeout_ms: int,
     as_json: bool,
 ) -> None:
-    """Send COUNT messages to TOPIC."""
+    """Send COUNT messages to TOPIC: a line per send and a summary (count, rate, failures).
+
+    Text-mode summary and errors go to standard error; with a progress bar on a terminal the
+    per-send lines are left out unless standard output is redirected.
+    """
     if body is not None and size is not None:
         raise click.UsageError("give --body or --size, not both")
     if batch > 1 and sharding_key:
         raise click.UsageError("--batch and --sharding-key do not combine (a batch goes to one queue anyway)")
+    user_properties = parse_properties(properties)
 
     def make(i: int) -> Message:
         payload = (
             os.urandom(size) if size is not None else (body or "message {i}").replace("{i}", str(i)).encode()
         )
         keys = [key.replace("{i}", str(i))] if key else None
-        return Message(topic, payload, tags=tag, keys=keys, delay_level=delay_level)
+        return Message(
+            topic, payload, tags=tag, keys=keys, delay_level=delay_level, properties=dict(user_properties)
+        )
 
-    def report(result: SendResult, count_in_call: int) -> None:
-        if as_json:
-            click.echo(json.dumps(result.as_dict()))
-        else:
-            click.echo(
-                f"{result.status.value} {result.msg_id} {result.broker_name} queue {result.queue_id} "
-                f"offset {result.queue_offset}" + (f" (+{count_in_call - 1})" if count_in_call > 1 else "")
-            )
+    show_bar = count > 1 and wanted(as_json)
+    report = _reporter(as_json, quiet=show_bar and sys.stdout.isatty())
+    tally = Tally(count)
 
-    async def run() -> None:
-        async with Producer(group, namesrv) as producer:
+    async def run(advance: Callable[[int], None]) -> str | None:
+        """Send everything; the error that stopped the run, if one did."""
+        async with Producer(group, namesrv, send_timeout_ms=send_timeout_ms) as producer:
             for start in range(0, count, batch):
-                messages = [make(i) for i in range(start, min(count, start + batch))]
-                if len(messages) == 1:
-                    report(await producer.send(messages[0], sharding_key=sharding_key), 1)
-                else:
-                    report(await producer.send_batch(messages), len(messages))
+                try:
+                    messages = [make(i) for i in range(start, min(count, start + batch))]
+                    if len(messages) == 1:
+                        result = await producer.send(messages[0], sharding_key=sharding_key)
+                    else:
+                        result = await producer.send_batch(messages)
+                except (OrbitError, ValueError, TypeError) as error:
+                    tally.failed += min(batch, count - start)
+                    return str(error)
+                tally.add(result, len(messages))
+                report(result, len(messages))
+                advance(len(messages))
+        return None
 
-    try:
-        asyncio.run(run())
-    except (OrbitError, ValueError, TypeError) as error:
-        raise click.ClickException(str(error)) from None
+    with progress(f"producing to {topic}", count, enabled=show_bar) as advance:
+        failure = asyncio.run(run(advance))
+    if failure is not None:
+        click.echo(f"{PROGRAM}: {failure}", err=True)
+    if as_json:
+        click.echo(json.dumps({"summary": tally.summary()}))
+    else:
+        click.echo(f"{PROGRAM}: {tally.summary_line()}", err=True)
+    if failure is not None:
+        sys.exit(1)
+
+
+def _reporter(as_json: bool, quiet: bool) -> Callable[[SendResult, int], None]:
+    """How each acknowledged send is shown: a JSON object, a line, or nothing (``quiet``: the
+    progress bar on this terminal stands for the lines)."""
+
+    def as_object(result: SendResult, count_in_call: int) -> None:
+        click.echo(json.dumps(result.as_dict()))
+
+    def as_line(result: SendResult, count_in_call: int) -> None:
+        click.echo(
+            f"{result.status.value} {result.msg_id} {result.broker_name} queue {result.queue_id} "
+            f"offset {result.queue_offset}" + (f" (+{count_in_call - 1})" if count_in_call > 1 else "")
+        )
+
+    if as_json:
+        return as_object
+    return (lambda result, count_in_call: None) if quiet else as_line

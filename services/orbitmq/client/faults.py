@@ -31,6 +31,11 @@ class LatencyFaults:
         else:
             self._until.pop(broker_name, None)
 
+    def forget(self, broker_name: str) -> None:
+        """Lift any pause of ``broker_name``: its master was replaced (a failover), and the new
+        one has not failed yet."""
+        self._until.pop(broker_name, None)
+
     def available(self, broker_name: str) -> bool:
         until = self._until.get(broker_name)
         return until is None or self._clock.now_ms() >= until

@@ -2,9 +2,13 @@
 
 A producer learns each topic's write queues from the name servers, picks a queue round-robin
 (skipping brokers that latency-based fault avoidance has set aside), and retries a retriable
-failure on another broker. Ordered messages pick their queue by a hash of a sharding key
-instead, and are never moved to another queue. Routes are refreshed every 30 s and after a
-failure; producers heartbeat their group to the brokers they use.
+failure within the send's time budget, on a route fetched again each time, preferring another
+broker (:mod:`orbitmq.client.retry` holds the policy: what is retried, for how long, how
+often). So a send rides out a master failover: it keeps trying until the new master is
+registered. Ordered messages pick their queue by a hash of a sharding key instead, and are never
+moved to another queue (a retry goes to the same queue, wherever its broker's master now is).
+Routes are refreshed every 30 s and after a failure; producers heartbeat their group to the
+brokers they use.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import inspect
 import logging
 import os
+import random
 import socket
 import time
 import zlib
@@ -26,6 +31,7 @@ import grpc
 from orbitmq.client.channels import Channels
 from orbitmq.client.faults import LatencyFaults
 from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
+from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.names import validate_group_name, validate_topic_name
@@ -40,8 +46,6 @@ log = logging.getLogger(__name__)
 
 MASTER_ID = 0
 WRITE = 2
-RETRIABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-RETRIABLE_REASONS = (ErrorReason.SERVICE_NOT_AVAILABLE, ErrorReason.SLAVE_READ_ONLY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +66,31 @@ def sharding_queue(key: str, count: int) -> int:
 
 
 class Producer:
+    """Sends messages; see the module docstring.
+
+    Args:
+        group: producer group (transaction check-backs go to any member of it).
+        namesrv: name servers ``host:port;host:port`` (default: ``ORBITMQ_NAMESRV``, then
+            127.0.0.1:9876).
+        send_timeout_ms: budget of one send, retries included (default 10 000 ms: longer than a
+            master failover, so sends ride one out); a send's ``timeout_ms`` overrides it.
+        attempt_timeout_ms: longest wait for one broker's answer (default 5 000 ms).
+        retry_backoff_ms: pause before the first retry, doubled on each further one up to
+            ``retry_backoff_max_ms`` (defaults 50 ms and 1 000 ms).
+        route_refresh_ms, heartbeat_ms: periodic route refresh and broker heartbeat (30 s each).
+        default_topic_queue_nums: queues of a topic that the first send auto-creates (4).
+        clock: time source of latency fault avoidance (tests).
+    """
+
     def __init__(
         self,
         group: str,
         namesrv: str | None = None,
         *,
-        send_timeout_ms: int = 3_000,
-        retry_times: int = 2,
+        send_timeout_ms: int = 10_000,
+        attempt_timeout_ms: int = 5_000,
+        retry_backoff_ms: int = 50,
+        retry_backoff_max_ms: int = 1_000,
         route_refresh_ms: int = 30_000,
         heartbeat_ms: int = 30_000,
         default_topic_queue_nums: int = 4,
@@ -78,12 +100,16 @@ class Producer:
         self.group = group
         self.client_id = client_id()
         self._channels = Channels(namesrv)
+        self.retry = SendRetryPolicy(
+            send_timeout_ms, attempt_timeout_ms, retry_backoff_ms, retry_backoff_max_ms
+        )
+        """The retry policy of every send (:mod:`orbitmq.client.retry`)."""
         self._send_timeout_s = send_timeout_ms / 1000
-        self._retry_times = retry_times
         self._route_refresh_s = route_refresh_ms / 1000
         self._heartbeat_s = heartbeat_ms / 1000
         self._default_queue_nums = default_topic_queue_nums
         self._routes: dict[str, list[WriteQueue]] = {}
+        self._route_locks: dict[str, asyncio.Lock] = {}
         self._round_robin: dict[str, int] = {}
         self._brokers: set[str] = set()
         self._faults = LatencyFaults(clock)
@@ -123,9 +149,31 @@ class Producer:
     # -- routes --------------------------------------------------------------------------------
 
     async def write_queues(self, topic: str, *, refresh: bool = False) -> list[WriteQueue]:
+        """The topic's write queues, from the cache unless ``refresh`` (or not cached yet)."""
         if refresh or topic not in self._routes:
-            self._routes[topic] = await self._fetch_route(topic)
+            return await self._refresh_route(topic, self._routes.get(topic))
         return self._routes[topic]
+
+    async def _refresh_route(self, topic: str, stale: list[WriteQueue] | None) -> list[WriteQueue]:
+        """Fetch the route again, unless another send already replaced ``stale`` (the route its
+        attempt failed on) while this one waited: sends that fail together during a failover
+        make one name server query, not one each."""
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            current = self._routes.get(topic)
+            if current is not None and current is not stale:
+                return current
+            queues = await self._fetch_route(topic)
+            self._store_route(topic, queues)
+            return queues
+
+    def _store_route(self, topic: str, queues: list[WriteQueue]) -> None:
+        """Keep ``queues``; a broker whose master moved (a failover) is no longer avoided."""
+        old = {q.broker_name: q.address for q in self._routes.get(topic, ())}
+        for queue in queues:
+            if old.get(queue.broker_name, queue.address) != queue.address:
+                self._faults.forget(queue.broker_name)
+        self._routes[topic] = queues
 
     async def _fetch_route(self, topic: str) -> list[WriteQueue]:
         try:
@@ -142,15 +190,20 @@ class Producer:
             for d in route.broker_datas
             if MASTER_ID in d.broker_addrs
         }  # type: ignore[attr-defined]
+        writable = [q for q in route.queue_datas if q.perm & WRITE]  # type: ignore[attr-defined]
         queues = [
             WriteQueue(q.broker_name, queue_id, masters[q.broker_name])
-            for q in route.queue_datas  # type: ignore[attr-defined]
-            if q.perm & WRITE and q.broker_name in masters
+            for q in writable
+            if q.broker_name in masters
             for queue_id in range(q.write_queue_nums)
         ]
-        if not queues:
+        if not writable:
+            raise RpcFailure(ErrorReason.NO_PERMISSION, f"topic {topic} has no writable queue")
+        if not queues:  # a failover in progress: retriable
+            names = ", ".join(sorted({q.broker_name for q in writable}))
             raise RpcFailure(
-                ErrorReason.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue on a live master"
+                ErrorReason.SERVICE_NOT_AVAILABLE,
+                f"no master of topic {topic}'s brokers ({names}) is registered",
             )
         return queues
 
@@ -174,9 +227,12 @@ class Producer:
             await asyncio.sleep(self._route_refresh_s)
             for topic in list(self._routes):
                 try:
-                    self._routes[topic] = await self._fetch_route(topic)
+                    self._store_route(topic, await self._fetch_route(topic))
                 except (grpc.aio.AioRpcError, RpcFailure) as error:
-                    log.warning("route refresh of %s failed: %s", topic, error)
+                    failure = classify(error)
+                    log.warning(
+                        "route refresh of topic %s failed: %s (%s)", topic, failure.label, failure.detail
+                    )
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -267,6 +323,8 @@ class Producer:
         sys_flag: int = 0,
         extra: dict[str, str] | None = None,
     ) -> SendResult:
+        """Send within the retry policy's budget; raises :class:`SendFailed` (one line naming
+        the topic, the broker and the reason) when a failure is not retriable or time is up."""
         topic = messages[0].topic
         validate_topic_name(topic)
         for message in messages:
@@ -276,49 +334,30 @@ class Producer:
         if extra:
             for proto in protos:
                 proto.properties.update(extra)
-        timeout_s = (timeout_ms or self._send_timeout_s * 1000) / 1000
-        attempts = 1 if (sharding_key is not None or queue is not None) else 1 + self._retry_times
-        avoid: str | None = None
-        last_error: BaseException | None = None
-        for attempt in range(attempts):
-            queues = await self.write_queues(topic, refresh=attempt > 0)
-            if queue is not None:
-                target = queue
-            elif sharding_key is not None:
-                target = queues[sharding_queue(sharding_key, len(queues))]
-            else:
-                target = self._choose(topic, queues, avoid)
-            if target.address not in self._brokers:  # introduce ourselves before the first send
-                self._brokers.add(target.address)
-                await self._heartbeat(target.address)
-            request = broker_pb2.SendMessageRequest(
-                producer_group=self.group,
-                topic=topic,
-                queue_id=target.queue_id,
-                messages=protos,
-                born_timestamp_ms=int(time.time() * 1000),
-                sys_flag=sys_flag,
-                default_topic_queue_nums=self._default_queue_nums,
-            )
-            started = time.perf_counter()
+        request = broker_pb2.SendMessageRequest(
+            producer_group=self.group,
+            topic=topic,
+            messages=protos,
+            sys_flag=sys_flag,
+            default_topic_queue_nums=self._default_queue_nums,
+        )
+        policy = self.retry.with_budget(timeout_ms)
+        started = time.perf_counter()
+        queues = self._routes.get(topic)
+        target: WriteQueue | None = None
+        attempt = 0
+        while True:
+            attempt += 1
+            elapsed_ms = (time.perf_counter() - started) * 1000
             try:
-                reply = await self._channels.broker(target.address).SendMessage(request, timeout=timeout_s)
-            except grpc.aio.AioRpcError as error:
-                self._faults.record(target.broker_name, 0, failed=True)
-                failure = failure_of(error)
-                retriable = error.code() in RETRIABLE_CODES or (
-                    failure is not None and failure.reason in RETRIABLE_REASONS
-                )
-                if not retriable:
-                    raise failure or error from None
-                last_error, avoid = error, target.broker_name
-                log.info(
-                    "send to %s failed (%s); attempt %d of %d",
-                    target.broker_name,
-                    error.code().name,
-                    attempt + 1,
-                    attempts,
-                )
+                if queues is None:
+                    queues = await self.write_queues(topic)
+                target = self._target(topic, queues, sharding_key, queue, target, attempt)
+                reply = await self._send_to(target, request, policy.attempt_timeout_s(elapsed_ms))
+            except (grpc.aio.AioRpcError, RpcFailure) as error:
+                pause_ms = self._pause_after(error, topic, target, policy, attempt, started)
+                await asyncio.sleep(pause_ms / 1000)
+                queues = await self._refresh_quietly(topic, queues)
                 continue
             self._faults.record(target.broker_name, (time.perf_counter() - started) * 1000)
             return SendResult(
@@ -331,10 +370,74 @@ class Producer:
                 transaction_id=reply.transaction_id,
                 commit_log_offset=reply.commit_log_offset,
             )
-        assert last_error is not None
-        raise RpcFailure(
-            ErrorReason.SERVICE_NOT_AVAILABLE, f"send to {topic!r} failed {attempts} times: {last_error}"
+
+    def _pause_after(
+        self,
+        error: grpc.aio.AioRpcError | RpcFailure,
+        topic: str,
+        target: WriteQueue | None,
+        policy: SendRetryPolicy,
+        attempt: int,
+        started: float,
+    ) -> float:
+        """The pause before retrying the attempt that raised ``error``; raises :class:`SendFailed`
+        when the failure is not retriable or the budget is spent."""
+        failure = classify(error)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        pause_ms = policy.pause_ms(attempt, elapsed_ms, random.random()) if failure.retriable else None
+        if target is not None:
+            self._faults.record(target.broker_name, 0, failed=True)
+        if pause_ms is None:
+            name, address = (target.broker_name, target.address) if target else (None, None)
+            raise SendFailed(topic, name, address, failure, elapsed_ms / 1000, attempt) from None
+        log.info(
+            "send to topic %s on broker %s failed (%s: %s); retry %d in %.0f ms",
+            topic,
+            target.broker_name if target else "-",
+            failure.label,
+            failure.detail,
+            attempt,
+            pause_ms,
         )
+        return pause_ms
+
+    def _target(
+        self,
+        topic: str,
+        queues: list[WriteQueue],
+        sharding_key: str | None,
+        queue: WriteQueue | None,
+        failed: WriteQueue | None,
+        attempt: int,
+    ) -> WriteQueue:
+        """The queue of this attempt: the named queue (on its broker's current master), the
+        sharding key's, or round robin avoiding the broker that just failed."""
+        if queue is not None:
+            if attempt == 1:
+                return queue
+            same = (q for q in queues if q.broker_name == queue.broker_name and q.queue_id == queue.queue_id)
+            return next(same, queue)
+        if sharding_key is not None:
+            return queues[sharding_queue(sharding_key, len(queues))]
+        return self._choose(topic, queues, failed.broker_name if failed else None)
+
+    async def _send_to(
+        self, target: WriteQueue, request: broker_pb2.SendMessageRequest, timeout_s: float
+    ) -> broker_pb2.SendMessageResponse:
+        if target.address not in self._brokers:  # introduce ourselves before the first send
+            self._brokers.add(target.address)
+            await self._heartbeat(target.address)
+        request.queue_id = target.queue_id
+        request.born_timestamp_ms = int(time.time() * 1000)
+        return await self._channels.broker(target.address).SendMessage(request, timeout=timeout_s)
+
+    async def _refresh_quietly(self, topic: str, stale: list[WriteQueue] | None) -> list[WriteQueue] | None:
+        """The route after a failed attempt; None when it cannot be fetched now (the next
+        attempt tries again, and its failure is the one that counts)."""
+        try:
+            return await self._refresh_route(topic, stale)
+        except (grpc.aio.AioRpcError, RpcFailure):
+            return None
 
 
 LocalTransaction = Callable[[Message, Any], TransactionResolution | Awaitable[TransactionResolution]]
@@ -386,16 +489,27 @@ class TransactionProducer(Producer):
         except Exception:
             log.exception("local transaction of %s failed; its outcome is left to the check", result.msg_id)
             resolution = TransactionResolution.UNKNOWN
-        await self._channels.broker(address).EndTransaction(
-            broker_pb2.EndTransactionRequest(
-                producer_group=self.group,
-                commit_log_offset=result.commit_log_offset,
-                msg_id=result.offset_msg_id,
-                transaction_id=result.msg_id,
-                resolution=resolution,
-            ),
-            timeout=self._send_timeout_s,
+        request = broker_pb2.EndTransactionRequest(
+            producer_group=self.group,
+            commit_log_offset=result.commit_log_offset,
+            msg_id=result.offset_msg_id,
+            transaction_id=result.msg_id,
+            resolution=resolution,
         )
+        try:
+            stub = self._channels.broker(address)
+            await stub.EndTransaction(request, timeout=self.retry.attempt_timeout_s(0))
+        except grpc.aio.AioRpcError as error:
+            # As RocketMQ's one-way end: the half message stays, and the broker's check-back
+            # (answered by ``check``) settles it — after a failover, on the new master.
+            failure = classify(error)
+            log.warning(
+                "ending transaction %s on broker %s failed (%s: %s); the broker will check back",
+                result.msg_id,
+                result.broker_name,
+                failure.label,
+                failure.detail,
+            )
         return result, resolution
 
     async def _on_event(self, address: str, event: broker_pb2.ServerEvent) -> None:

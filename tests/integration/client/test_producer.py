@@ -193,8 +193,10 @@ async def test_produce_cli(cluster) -> None:  # type: ignore[no-untyped-def]
         "--json",
     ]
     result = await asyncio.to_thread(CliRunner().invoke, main, args, catch_exceptions=False)
-    lines = [json.loads(line) for line in result.output.splitlines()]
+    *lines, summary = [json.loads(line) for line in result.output.splitlines()]
     assert len(lines) == 5 and {line["status"] for line in lines} == {"SEND_OK"}
+    assert summary["summary"]["sent"] == 5 and summary["summary"]["failed"] == 0
+    assert summary["summary"]["statuses"] == {"SEND_OK": 5} and summary["summary"]["rate_per_s"] > 0
     assert set(lines[0]) == {"status", "msg_id", "offset_msg_id", "broker", "queue", "queue_offset"}
     stored = sorted(
         [m for b in brokers for q in range(4) for m in await pull_all(b, "CliOut", q)], key=lambda m: m.body
@@ -217,8 +219,88 @@ async def test_produce_cli(cluster) -> None:  # type: ignore[no-untyped-def]
             "--json",
         ],
     )
-    assert len(batch.output.splitlines()) == 2
+    assert len(batch.output.splitlines()) == 2 + 1  # two sends of three, the summary
     bad = await asyncio.to_thread(
         CliRunner().invoke, main, ["produce", "--namesrv", namesrv.address, "--topic", "no good", "--json"]
     )
     assert bad.exit_code == 1 and "'no good'" in bad.output
+
+
+async def test_produce_cli_properties_reach_sql92_filters(cluster) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from orbitmq.cli.main import main
+
+    namesrv, brokers = cluster
+    for region, a in (("eu", "1"), ("us", "5")):
+        args = ["produce", "--namesrv", namesrv.address, "--topic", "Props", "--body", region]
+        args += ["--property", f"region={region}", "--property", f"a={a}"]
+        result = await asyncio.to_thread(CliRunner().invoke, main, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert "sent 1 of 1 message(s)" in result.output and "0 failed" in result.output
+    stored = [m for b in brokers for q in range(4) for m in await pull_all(b, "Props", q)]
+    assert sorted((m.body, m.properties["region"], m.properties["a"]) for m in stored) == [
+        (b"eu", "eu", "1"),
+        (b"us", "us", "5"),
+    ]
+    bad = await asyncio.to_thread(
+        CliRunner().invoke, main, ["produce", "--namesrv", namesrv.address, "--topic", "P", "--property", "x"]
+    )
+    assert bad.exit_code == 2 and "'x' must be KEY=VALUE" in bad.output
+
+
+async def test_final_send_failure_is_one_line(tmp_path: Path) -> None:
+    """A name server whose only broker is gone (it died without unregistering): the CLI retries
+    for its send timeout, then says what failed in one line and exits 1 — no gRPC dump."""
+    import json
+    import os
+    import socket
+    import subprocess
+
+    import grpc
+
+    from orbitmq.v1 import common_pb2, nameserver_pb2, nameserver_pb2_grpc
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
+    await namesrv.start()
+    try:
+        async with grpc.aio.insecure_channel(namesrv.address) as channel:
+            await nameserver_pb2_grpc.NameServerStub(channel).RegisterBroker(
+                nameserver_pb2.RegisterBrokerRequest(
+                    cluster="DefaultCluster",
+                    broker_name="broker-gone",
+                    broker_addr=dead,
+                    broker_id=0,
+                    topic_configs={
+                        "Orders": common_pb2.TopicConfig(
+                            topic_name="Orders", read_queue_nums=2, write_queue_nums=2, perm=6
+                        )
+                    },
+                    data_version=common_pb2.DataVersion(timestamp_ms=1, counter=1),
+                )
+            )
+        command = [sys.executable, "-m", "orbitmq.cli.main", "produce", "--namesrv", namesrv.address]
+        command += ["--topic", "Orders", "--count", "3", "--send-timeout-ms", "1500"]
+        runs = [
+            await asyncio.to_thread(
+                subprocess.run, command + extra, capture_output=True, text=True, timeout=60, env=os.environ
+            )
+            for extra in ([], ["--json"])
+        ]
+    finally:
+        await namesrv.close()
+    for run in runs:
+        assert run.returncode == 1, run.stderr
+        assert "Traceback" not in run.stderr and "AioRpcError" not in run.stderr, run.stderr
+    text, as_json = runs
+    error, summary = text.stderr.splitlines()
+    assert error.startswith(f"orbitmq produce: send to topic Orders failed on broker broker-gone ({dead}): ")
+    assert "UNAVAILABLE" in error and "s of retries" in error, error
+    assert summary.startswith("orbitmq produce: sent 0 of 3 message(s)") and "1 failed" in summary
+    assert text.stdout == ""
+    [json_error] = as_json.stderr.splitlines()
+    assert json_error.startswith("orbitmq produce: send to topic Orders failed on broker broker-gone")
+    assert json.loads(as_json.stdout)["summary"]["failed"] == 1

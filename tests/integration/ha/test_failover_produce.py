@@ -1,0 +1,178 @@
+"""Producing through a failover, as a user sees it from the shell: ``orbitmq produce --count``
+keeps sending while the master of a ``local up --slaves 1`` group is SIGKILLed, finishes with
+exit code 0 and every message acknowledged, and a consumer then reads every one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
+sys.path.insert(0, str(Path(__file__).parent))
+from clusterkit import FAST, Collector, eventually
+from test_failover_chaos import free_base_port, healthy_pair
+
+from orbitmq.client import Admin, ConsumeFromWhere, PushConsumer
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+
+pytestmark = pytest.mark.timeout(120)
+TOPIC = "FailoverCli"
+COUNT = 6_000
+KILL_AFTER = 500
+"""Acknowledged sends before the master is killed."""
+
+
+async def pid_of(address: str) -> int:
+    async with grpc.aio.insecure_channel(address) as channel:
+        info = await broker_pb2_grpc.BrokerStub(channel).GetRuntimeInfo(
+            broker_pb2.GetRuntimeInfoRequest(), timeout=2
+        )
+    return int(info.pid)
+
+
+@dataclass
+class LocalGroup:
+    namesrv: str
+    addresses: list[str]
+
+
+@pytest.fixture
+async def group(tmp_path: Path) -> AsyncIterator[LocalGroup]:
+    base = free_base_port()
+    supervisor = subprocess.Popen(  # noqa: ASYNC220 - started once; its first line read in a thread
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "local",
+            "up",
+            "--slaves",
+            "1",
+            "--json",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--namesrv-port",
+            "0",
+            "--namesrv-metrics-port",
+            "0",
+            "--broker-port",
+            str(base),
+            "--broker-metrics-port",
+            str(base + 1),
+        ],
+        env={**os.environ, "ORBITMQ_BROKER_SEGMENT_BYTES": str(8 * 1024 * 1024)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert supervisor.stdout is not None
+        report = json.loads(await asyncio.to_thread(supervisor.stdout.readline))
+        yield LocalGroup(report["namesrv"], [f"127.0.0.1:{base}", f"127.0.0.1:{base + 10}"])
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(supervisor.wait, 30)
+        except subprocess.TimeoutExpired:
+            supervisor.kill()
+
+
+@dataclass
+class ProduceRun:
+    """A running ``orbitmq produce --json``: its result lines, timed as they arrive."""
+
+    process: subprocess.Popen[str]
+    results: list[tuple[float, dict[str, object]]] = field(default_factory=list)
+    summary: dict[str, object] | None = None
+    stderr: str = ""
+
+    def read(self) -> None:
+        assert self.process.stdout is not None and self.process.stderr is not None
+        for line in self.process.stdout:
+            record = json.loads(line)
+            if "summary" in record:
+                self.summary = record["summary"]
+            else:
+                self.results.append((time.monotonic(), record))
+        self.stderr = self.process.stderr.read()
+
+
+def start_produce(namesrv: str, *args: str) -> tuple[ProduceRun, threading.Thread]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orbitmq.cli.main", "produce", "--namesrv", namesrv, "--json", *args],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run = ProduceRun(process)
+    reader = threading.Thread(target=run.read, daemon=True)
+    reader.start()
+    return run, reader
+
+
+async def test_cli_produce_rides_out_a_master_sigkill(group: LocalGroup) -> None:
+    async with Admin(group.namesrv) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=4, write_queue_nums=4)
+    master, _ = await healthy_pair(group.addresses)
+
+    began = time.monotonic()
+    run, reader = start_produce(group.namesrv, "--topic", TOPIC, "--count", str(COUNT), "--body", "m{i}")
+    try:
+        await eventually(lambda: len(run.results) >= KILL_AFTER, 30, lambda: f"{len(run.results)} sent")
+        os.kill(await pid_of(master), signal.SIGKILL)
+        killed = time.monotonic()
+        code = await asyncio.to_thread(run.process.wait, 60)
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    await asyncio.to_thread(reader.join, 10)
+    took = time.monotonic() - began
+
+    assert code == 0, run.stderr
+    assert "Traceback" not in run.stderr and "AioRpcError" not in run.stderr, run.stderr
+    assert len(run.results) == COUNT, f"{len(run.results)} of {COUNT} acknowledged"
+    times = [at for at, _ in run.results]
+    resumed = max(later - earlier for earlier, later in itertools.pairwise(times) if later > killed)
+    assert run.summary is not None and run.summary["sent"] == COUNT and run.summary["failed"] == 0
+
+    collector = Collector()
+    consumer = PushConsumer(
+        "FailoverCliCheck",
+        group.namesrv,
+        listener=collector.listener("c"),
+        settings=FAST,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
+    consumer.subscribe(TOPIC)
+    await consumer.start()
+    expected = {f"m{i}" for i in range(COUNT)}
+    try:
+        await eventually(
+            lambda: expected <= set(collector.bodies()),
+            30,
+            lambda: f"{len(expected - set(collector.bodies()))} acknowledged messages not consumed",
+        )
+    finally:
+        await consumer.close()
+    consumed = collector.bodies()
+    statuses: dict[str, int] = {}
+    for _, record in run.results:
+        statuses[str(record["status"])] = statuses.get(str(record["status"]), 0) + 1
+    print(
+        f"failover produce: {COUNT} acknowledged in {took:.1f} s ({statuses}), all consumed, "
+        f"{len(consumed) - len(set(consumed))} duplicates; writes resumed {resumed:.2f} s after the kill"
+    )
