@@ -469,30 +469,31 @@ class Broker:
         unit = queue.unit_at(at) if at >= queue.min_offset else None
         return (self.store.commitlog.store_timestamp_at(unit[0]) or 0) if unit else 0
 
-    def runtime_info(self) -> dict[str, str]:
+    def runtime_info(self) -> broker_pb2.RuntimeInfo:
+        """Figures for ``admin broker status``, typed on the wire (numbers stay numbers)."""
         store, settings = self.store, self.settings
-        return {
-            "brokerName": settings.broker_name,
-            "brokerId": str(self.broker_id),
-            "cluster": settings.cluster,
-            "brokerRole": self.broker_role.value,
-            "epoch": str(self.epoch),
-            "flushMode": settings.flush_mode.value,
-            "address": self.address,
-            "pid": str(os.getpid()),
-            "commitLogMinOffset": str(store.commitlog.min_offset),
-            "commitLogMaxOffset": str(store.commitlog.max_offset),
-            "commitLogFlushedOffset": str(store.commitlog.flushed_offset),
-            "dispatchLagBytes": str(store.dispatcher.lag_bytes),
-            "topics": str(len(self.topics.user_topics())),
-            "consumerGroupsOnline": str(len(self.clients.consumer_groups())),
-            "longPollsHeld": str(self.holds.held),
-            "delayedMessagesWaiting": str(sum(self.schedule.pending().values())),
-            "scheduleDelivered": str(self.schedule.delivered),
-            "transactionsCommitted": str(self.transactions.committed),
-            "transactionsRolledBack": str(self.transactions.rolled_back),
-            "transactionChecksSent": str(self.transactions.checks_sent),
-        }
+        return broker_pb2.RuntimeInfo(
+            broker_name=settings.broker_name,
+            broker_id=self.broker_id,
+            cluster=settings.cluster,
+            address=self.address,
+            broker_role=self.broker_role.value,
+            epoch=self.epoch,
+            flush_mode=settings.flush_mode.value,
+            pid=os.getpid(),
+            commit_log_min_offset=store.commitlog.min_offset,
+            commit_log_max_offset=store.commitlog.max_offset,
+            commit_log_flushed_offset=store.commitlog.flushed_offset,
+            dispatch_lag_bytes=store.dispatcher.lag_bytes,
+            topic_count=len(self.topics.user_topics()),
+            consumer_groups_online=len(self.clients.consumer_groups()),
+            long_polls_held=self.holds.held,
+            delayed_messages_waiting=sum(self.schedule.pending().values()),
+            schedule_delivered=self.schedule.delivered,
+            transactions_committed=self.transactions.committed,
+            transactions_rolled_back=self.transactions.rolled_back,
+            transaction_checks_sent=self.transactions.checks_sent,
+        )
 
     # -- loops ---------------------------------------------------------------------------------
 

@@ -666,7 +666,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         return broker_pb2.ResetOffsetResponse(offsets=offsets)
 
     async def GetRuntimeInfo(self, request, context):
-        return broker_pb2.RuntimeInfo(entries=self.b.runtime_info())
+        return self.b.runtime_info()
 
     async def GetConsumerConnections(self, request, context):
         validate_group_name(request.consumer_group)

@@ -18,6 +18,7 @@ from orbitmq.cli.common import emit_object, emit_rows, json_option, namesrv_opti
 from orbitmq.client.admin import Admin
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import failure_of
+from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage
 
 
@@ -39,13 +40,16 @@ def run_admin(work: Callable[[Admin], Awaitable[Any]], namesrv: str) -> Any:
 
 
 def message_row(message: StoredMessage) -> dict[str, Any]:
+    """One message; ``msg_id`` is what produce and consume print (the unique key, RocketMQ's
+    msgId), ``offset_msg_id`` where the broker stored it; either finds it with ``by-id``."""
     return {
-        "msg_id": message.msg_id,
+        "msg_id": message.properties.get(Property.UNIQ_KEY) or message.msg_id,
+        "offset_msg_id": message.msg_id,
         "topic": message.topic,
         "queue": message.queue_id,
         "queue_offset": message.queue_offset,
         "tags": message.tags,
-        "keys": " ".join(message.keys),
+        "keys": list(message.keys),
         "reconsume_times": message.reconsume_times,
         "store_time": datetime.fromtimestamp(message.store_timestamp_ms / 1000).isoformat(
             timespec="milliseconds"
@@ -56,6 +60,7 @@ def message_row(message: StoredMessage) -> dict[str, Any]:
 
 MESSAGE_COLUMNS = [
     "msg_id",
+    "offset_msg_id",
     "topic",
     "queue",
     "queue_offset",
@@ -184,7 +189,7 @@ def topic_route(namesrv: str, as_json: bool, topic: str) -> None:
             "write_queues": q.write_queue_nums,
             "perm": q.perm,
             "master": addresses.get(q.broker_name, {}).get(0),
-            "slaves": ",".join(a for i, a in sorted(addresses.get(q.broker_name, {}).items()) if i),
+            "slaves": [a for i, a in sorted(addresses.get(q.broker_name, {}).items()) if i],
         }
         for q in route.queue_datas
     ]
@@ -265,12 +270,12 @@ def group_list(namesrv: str, as_json: bool) -> None:
             {
                 "group": g.group_name,
                 "retry_max": g.retry_max_times,
-                "broadcast": g.consume_broadcast_enable,
+                "broadcast_allowed": g.consume_broadcast_enable,
                 "orderly": g.consume_message_orderly,
             }
-            for g in groups.values()
+            for _, g in sorted(groups.items())
         ],
-        ["group", "retry_max", "broadcast", "orderly"],
+        ["group", "retry_max", "broadcast_allowed", "orderly"],
         as_json,
     )
 
@@ -340,7 +345,7 @@ def broker() -> None:
 def broker_status(namesrv: str, as_json: bool, address: str | None) -> None:
     """Runtime counters of a broker (RocketMQ brokerStatus)."""
 
-    async def work(a: Admin) -> dict[str, dict[str, str]]:
+    async def work(a: Admin) -> dict[str, dict[str, str | int]]:
         targets = [address] if address else [b.address for b in await a.brokers()]
         return {t: await a.broker_status(t) for t in targets}
 
@@ -370,11 +375,23 @@ def message_by_key(namesrv: str, as_json: bool, topic: str, key: str, max_num: i
 
 
 @message.command("by-id")
-@click.option("--id", "msg_id", required=True, help="Offset message id (32 hex characters).")
+@click.option(
+    "--id",
+    "msg_id",
+    required=True,
+    help="The msg_id produce and consume print (unique key) or an offset_msg_id.",
+)
+@click.option(
+    "--topic",
+    help="Topic of a unique key (faster: without it every topic of every broker is searched).",
+)
 @common
-def message_by_id(namesrv: str, as_json: bool, msg_id: str) -> None:
-    """One message by its offset id."""
-    found = run_admin(lambda a: a.message_by_id(msg_id), namesrv)
+def message_by_id(namesrv: str, as_json: bool, msg_id: str, topic: str | None) -> None:
+    """One message by its msg_id (unique key) or offset_msg_id (RocketMQ queryMsgById).
+
+    An id that decodes to a registered broker's address is read there by commit-log offset;
+    any other is looked up as a unique key in the brokers' index."""
+    found = run_admin(lambda a: a.message_by_id(msg_id, topic), namesrv)
     emit_object(
         {
             **message_row(found),

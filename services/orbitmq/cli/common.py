@@ -43,6 +43,9 @@ def json_option(function: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(function)
 
 
+_PIPE_WIDTH = 100_000
+
+
 def emit_rows(
     rows: Sequence[Mapping[str, Any]], columns: Iterable[str], as_json: bool, title: str = ""
 ) -> None:
@@ -53,10 +56,12 @@ def emit_rows(
         return
     table = Table(title=title or None, show_lines=False)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # ids are copied by people: fold, never "…"
     for row in rows:
-        table.add_row(*(Text(human(row.get(c))) for c in columns))  # Text: no markup in values
-    Console(width=max(100, os.get_terminal_size().columns if os.isatty(1) else 160)).print(table)
+        table.add_row(*(Text(human(row.get(c))) for c in columns))  # Text: "[x]" is not markup
+    # a terminal's width is kept; a pipe or file gets whole lines, however long
+    width = max(100, os.get_terminal_size().columns) if os.isatty(1) else _PIPE_WIDTH
+    Console(width=width).print(table)
 
 
 def emit_object(data: Mapping[str, Any], as_json: bool) -> None:
@@ -83,6 +88,8 @@ def human(value: Any) -> str:
         return value.decode(errors="replace")
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={human(v)}" for k, v in value.items()) or "-"
-    if isinstance(value, list | tuple | set | frozenset):
+    if isinstance(value, set | frozenset):
+        value = sorted(value, key=str)
+    if isinstance(value, list | tuple):
         return ", ".join(human(v) for v in value) or "-"
     return str(value)

@@ -6,19 +6,32 @@ master of the cluster, topic-scoped reads go to the brokers in the topic's route
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
 from orbitmq.client.channels import Channels
+from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure, failure_of
-from orbitmq.store.message_id import decode_offset_msg_id
-from orbitmq.store.record import StoredMessage, decode
-from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
+from orbitmq.common.topics import SCHEDULE_TOPIC, Property
+from orbitmq.store.message_id import read_msg_id
+from orbitmq.store.record import StoredMessage, decode, encode_host
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 MASTER_ID = 0
+QUERY_TIMEOUT_S = 10
+"""Bound on one broker query, so an unreachable master hands over to its slave in time."""
+_UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+T = TypeVar("T")
+
+
+class MessageNotFound(OrbitError):
+    """No broker of the cluster holds a message with the id asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,23 +229,99 @@ class Admin:
 
     # -- brokers and messages ------------------------------------------------------------------
 
-    async def broker_status(self, address: str) -> dict[str, str]:
-        reply = await self._channels.broker(address).GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest())
-        return dict(reply.entries)
+    async def broker_status(self, address: str) -> dict[str, str | int]:
+        """A broker's runtime figures by name, typed, in the order the proto declares them."""
+        reply = await self._channels.broker(address).GetRuntimeInfo(
+            broker_pb2.GetRuntimeInfoRequest(), timeout=QUERY_TIMEOUT_S
+        )
+        return {field.name: getattr(reply, field.name) for field in reply.DESCRIPTOR.fields}
 
     async def messages_by_key(self, topic: str, key: str, max_num: int = 32) -> list[StoredMessage]:
-        found = []
-        for _, address in await self._route_masters(topic):
-            reply = await self._channels.broker(address).QueryMessageByKey(
-                broker_pb2.QueryMessageByKeyRequest(topic=topic, key=key, max_num=max_num)
-            )
-            found.extend(decode(r) for r in reply.records)
+        """Messages of ``topic`` whose key or unique key is ``key``, oldest first, from every group."""
+        found: list[StoredMessage] = []
+        for addresses in await self._broker_groups(topic):
+            found.extend(await self._ask_group(addresses, lambda b: _query_key(b, topic, key, max_num)))
         return sorted(found, key=lambda m: m.store_timestamp_ms)
 
-    async def message_by_id(self, msg_id: str) -> StoredMessage:
-        host, _ = decode_offset_msg_id(msg_id)
-        reply = await self._channels.broker(host).ViewMessage(broker_pb2.ViewMessageRequest(msg_id=msg_id))
-        return decode(reply.records[0])
+    async def message_by_id(self, msg_id: str, topic: str | None = None) -> StoredMessage:
+        """The message with this offset id or unique key (RocketMQ's ``queryMsgById``).
+
+        An id that decodes to the address of a registered broker is read there by commit-log
+        offset. Otherwise (or when that broker does not hold it) a 32-character id is looked up
+        as a unique key in the index of every broker group: in ``topic`` when given, else in every
+        topic each broker has (one index query per topic, so give the topic on big clusters).
+        Copies of one message (retry, dead-letter, schedule topics) share the unique key; the
+        one in a user topic, stored first, is returned.
+        """
+        reading = read_msg_id(msg_id)
+        if reading.offset is not None:
+            found = await self._message_at_offset(msg_id, reading.offset[0])
+            if found is not None:
+                return found
+        if reading.offset is not None and reading.unique_key is None:
+            raise MessageNotFound(
+                f"offset id {msg_id!r} names broker {reading.offset[0]}, which is not registered "
+                "with the name servers or does not hold it"
+            )
+        if topic is not None:
+            validate_topic_name(topic)
+        matches = await self._messages_by_unique_key(msg_id, topic)
+        if not matches:
+            where = f"topic {topic!r}" if topic else "any topic"
+            raise MessageNotFound(
+                f"no message has id {msg_id!r}: it is not the offset id of a registered broker's "
+                f"message, and no broker indexes it as a unique key in {where}"
+            )
+        return min(matches, key=lambda m: (_is_internal(m.topic), m.store_timestamp_ms))
+
+    async def _message_at_offset(self, msg_id: str, host: str) -> StoredMessage | None:
+        """The message an offset id names, or None when its host is no broker of the cluster."""
+        address = next((b.address for b in await self.brokers() if _same_host(b.address, host)), None)
+        if address is None:
+            return None
+        try:
+            reply = await self._channels.broker(address).ViewMessage(
+                broker_pb2.ViewMessageRequest(msg_id=msg_id), timeout=QUERY_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            if _is_reason(error, ErrorReason.INVALID_OFFSET) or error.code() in _UNREACHABLE:
+                return None
+            raise
+        return decode(reply.records[0]) if reply.records else None
+
+    async def _messages_by_unique_key(self, key: str, topic: str | None) -> list[StoredMessage]:
+        found: list[StoredMessage] = []
+        for addresses in await self._broker_groups(topic):
+            if topic is not None:
+                messages = await self._ask_group(addresses, lambda b: _query_key(b, topic, key, 32))
+            else:
+                messages = await self._ask_group(addresses, lambda b: _query_key_everywhere(b, key))
+            found.extend(m for m in messages if m.properties.get(Property.UNIQ_KEY) == key)
+        return found
+
+    async def _broker_groups(self, topic: str | None) -> list[dict[int, str]]:
+        """Addresses by broker id of each broker group serving ``topic`` (every group without)."""
+        if topic is not None:
+            route = await self.route(topic)
+            return [dict(d.broker_addrs) for d in route.broker_datas]
+        info = await self.cluster_info()
+        return [dict(d.broker_addrs) for _, d in sorted(info.broker_addr_table.items())]
+
+    async def _ask_group(
+        self, addresses: Mapping[int, str], ask: Callable[[broker_pb2_grpc.BrokerStub], Awaitable[T]]
+    ) -> T:
+        """Ask the master; when it is unreachable, its slaves in id order (they serve reads too)."""
+        last: grpc.aio.AioRpcError | None = None
+        for _, address in sorted(addresses.items()):
+            try:
+                return await ask(self._channels.broker(address))
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in _UNREACHABLE:
+                    raise
+                last = error
+        if last is not None:
+            raise last
+        raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, "a broker group has no registered broker")
 
     async def dead_letters(self, group: str, max_num: int = 100) -> list[StoredMessage]:
         """Messages in the group's dead-letter queue, oldest first."""
@@ -264,6 +353,45 @@ class Admin:
                 messages.extend(decode(r) for r in reply.records)
                 offset = reply.next_begin_offset
         return messages
+
+
+async def _query_key(
+    broker: broker_pb2_grpc.BrokerStub, topic: str, key: str, max_num: int
+) -> list[StoredMessage]:
+    reply = await broker.QueryMessageByKey(
+        broker_pb2.QueryMessageByKeyRequest(topic=topic, key=key, max_num=max_num),
+        timeout=QUERY_TIMEOUT_S,
+    )
+    return [decode(r) for r in reply.records]
+
+
+async def _query_key_everywhere(broker: broker_pb2_grpc.BrokerStub, key: str) -> list[StoredMessage]:
+    """The index is keyed by topic and key, so a key without a topic is asked of every topic."""
+    topics = (await broker.ListTopics(broker_pb2.ListTopicsRequest(), timeout=QUERY_TIMEOUT_S)).topics
+
+    async def one(topic: str) -> list[StoredMessage]:
+        try:
+            return await _query_key(broker, topic, key, 32)
+        except grpc.aio.AioRpcError as error:  # deleted since it was listed
+            if _is_reason(error, ErrorReason.TOPIC_NOT_EXIST):
+                return []
+            raise
+
+    found = await asyncio.gather(*(one(t.topic_name) for t in topics))
+    return [m for messages in found for m in messages]
+
+
+def _is_internal(topic: str) -> bool:
+    """Topics that hold a message's waiting copies (delayed, transaction half), not the message."""
+    return topic == SCHEDULE_TOPIC or topic.startswith("RMQ_SYS_")
+
+
+def _same_host(address: str, host: str) -> bool:
+    """Registered addresses may be spelled differently (``[::ffff:…]``) or be host names."""
+    try:
+        return encode_host(address) == encode_host(host)
+    except ValueError:
+        return address == host
 
 
 def _is_reason(error: Exception, reason: int) -> bool:

@@ -601,17 +601,48 @@ class GetRuntimeInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RuntimeInfo(_message.Message):
-    __slots__ = ("entries",)
-    class EntriesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    entries: _containers.ScalarMap[str, str]
-    def __init__(self, entries: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    __slots__ = ("broker_name", "broker_id", "cluster", "address", "broker_role", "epoch", "flush_mode", "pid", "commit_log_min_offset", "commit_log_max_offset", "commit_log_flushed_offset", "dispatch_lag_bytes", "topic_count", "consumer_groups_online", "long_polls_held", "delayed_messages_waiting", "schedule_delivered", "transactions_committed", "transactions_rolled_back", "transaction_checks_sent")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUPS_ONLINE_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLLS_HELD_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_MESSAGES_WAITING_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_CHECKS_SENT_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    broker_id: int
+    cluster: str
+    address: str
+    broker_role: str
+    epoch: int
+    flush_mode: str
+    pid: int
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    commit_log_flushed_offset: int
+    dispatch_lag_bytes: int
+    topic_count: int
+    consumer_groups_online: int
+    long_polls_held: int
+    delayed_messages_waiting: int
+    schedule_delivered: int
+    transactions_committed: int
+    transactions_rolled_back: int
+    transaction_checks_sent: int
+    def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., cluster: _Optional[str] = ..., address: _Optional[str] = ..., broker_role: _Optional[str] = ..., epoch: _Optional[int] = ..., flush_mode: _Optional[str] = ..., pid: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., topic_count: _Optional[int] = ..., consumer_groups_online: _Optional[int] = ..., long_polls_held: _Optional[int] = ..., delayed_messages_waiting: _Optional[int] = ..., schedule_delivered: _Optional[int] = ..., transactions_committed: _Optional[int] = ..., transactions_rolled_back: _Optional[int] = ..., transaction_checks_sent: _Optional[int] = ...) -> None: ...
 
 class ConsumerConnection(_message.Message):
     __slots__ = ("client_id", "address", "last_heartbeat_ms")

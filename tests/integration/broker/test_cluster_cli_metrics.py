@@ -65,7 +65,8 @@ async def test_admin_cli_parity(cluster: tuple[NameServer, RunningBroker]) -> No
     code, out = await cli("admin", "group", "create", "--group", "CliGroup", "--retry-max", "3", *ns)
     assert code == 0
     code, out = await cli("admin", "group", "list", "--json", *ns)
-    assert {"group": "CliGroup", "retry_max": 3, "broadcast": True, "orderly": False} in json.loads(out)
+    expected = {"group": "CliGroup", "retry_max": 3, "broadcast_allowed": True, "orderly": False}
+    assert expected in json.loads(out)
     await running.stub.UpdateConsumerOffset(
         broker_pb2.UpdateConsumerOffsetRequest(consumer_group="CliGroup", topic="Cli", queue_id=1, offset=0)
     )
@@ -88,7 +89,7 @@ async def test_admin_cli_parity(cluster: tuple[NameServer, RunningBroker]) -> No
         }
     ]
     code, out = await cli("admin", "broker", "status", "--json", *ns)
-    assert json.loads(out)[running.broker.address]["brokerName"] == "broker-a"
+    assert json.loads(out)[running.broker.address]["broker_name"] == "broker-a"
     code, out = await cli("admin", "dlq", "list", "--group", "CliGroup", "--json", *ns)
     assert json.loads(out) == []
     code, out = await cli("admin", "topic", "list", *ns)  # a table for people

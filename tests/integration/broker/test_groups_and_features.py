@@ -347,8 +347,8 @@ async def test_admin_topics_groups_reset_and_runtime(broker: RunningBroker) -> N
     await expect_failure(
         stub.DeleteTopic(broker_pb2.DeleteTopicRequest(topic="Admin")), ErrorReason.TOPIC_NOT_EXIST, "'Admin'"
     )
-    info = (await stub.GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest())).entries
-    assert info["brokerName"] == "broker-a" and int(info["commitLogMaxOffset"]) > 0
+    info = await stub.GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest())
+    assert info.broker_name == "broker-a" and info.commit_log_max_offset > 0
     await stub.CreateSubscriptionGroup(
         broker_pb2.CreateSubscriptionGroupRequest(
             group=broker_pb2.SubscriptionGroupConfig(group_name="G2", retry_max_times=5)

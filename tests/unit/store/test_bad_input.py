@@ -88,7 +88,7 @@ def test_absurd_offsets_and_ids_are_answered_not_crashed(open_store: StoreFactor
     assert store.message_at(-1) is None
     assert store.message_at(2**62) is None
     assert store.get_message("g", "TopicA", 0, 2**62, 32).next_begin_offset == 0
-    with pytest.raises(ValueError, match="must be hexadecimal"):
+    with pytest.raises(ValueError, match="'not-an-id' contains 'n', not hexadecimal"):
         store.message_by_id("not-an-id")
 
 
