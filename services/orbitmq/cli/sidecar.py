@@ -41,6 +41,7 @@ from orbitmq.cli.common import NAMESRV_ENV, settings_or_exit
 @click.option("--heartbeat-ms", type=int)
 @click.option("--lock-renew-ms", type=int)
 @click.option("--route-refresh-ms", type=int)
+@click.option("--send-timeout-ms", type=int, help="Budget of one Send, retries included (default 10000).")
 def sidecar_command(config_file: Path | None, **flags: object) -> None:
     """Be a member of a consumer group on behalf of an application in the same pod.
 

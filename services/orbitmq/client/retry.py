@@ -75,12 +75,13 @@ class SendRetryPolicy:
     def pause_ms(self, retry: int, elapsed_ms: float, jitter: float) -> float | None:
         """The pause before retry number ``retry`` (1 = the first), ``elapsed_ms`` into the send;
         None when the budget is spent (the send fails). ``jitter`` in [0, 1) picks the pause
-        between half and all of the doubled backoff."""
-        backoff = min(self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** min(retry - 1, 30))
-        pause = backoff * (0.5 + jitter / 2)
-        if self.send_timeout_ms - elapsed_ms - pause < MIN_ATTEMPT_MS:
+        between half and all of the doubled backoff; a pause that would overrun the budget is
+        cut short, so the last attempt comes just before the deadline."""
+        room = self.send_timeout_ms - elapsed_ms - MIN_ATTEMPT_MS
+        if room <= 0:
             return None
-        return pause
+        backoff = min(self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** min(retry - 1, 30))
+        return min(backoff * (0.5 + jitter / 2), room)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from orbitmq.common.rpc import failure_of
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.v1 import common_pb2, sidecar_pb2, sidecar_pb2_grpc
 from orbitmq.v1.sidecar_pb2 import AckStatus
@@ -102,6 +103,9 @@ class SidecarClient:
         sharding_key: str | None = None,
         delay_level: int = 0,
     ) -> sidecar_pb2.SidecarSendResponse:
+        """Send through the sidecar's producer (which retries through a failover). A send that
+        failed for good raises :class:`~orbitmq.common.rpc.RpcFailure` with the reason and a
+        one-line message naming the topic and the broker."""
         props = dict(properties or {})
         if tags:
             props["TAGS"] = tags
@@ -109,12 +113,17 @@ class SidecarClient:
             props["KEYS"] = " ".join(keys)
         if delay_level:
             props["DELAY"] = str(delay_level)
-        return await self._stub.Send(
-            sidecar_pb2.SidecarSendRequest(
-                message=common_pb2.Message(topic=topic, body=body, properties=props),
-                sharding_key=sharding_key or "",
-            )
+        request = sidecar_pb2.SidecarSendRequest(
+            message=common_pb2.Message(topic=topic, body=body, properties=props),
+            sharding_key=sharding_key or "",
         )
+        try:
+            return await self._stub.Send(request)
+        except grpc.aio.AioRpcError as error:
+            failure = failure_of(error)
+            if failure is None:  # the sidecar itself is unreachable: the gRPC error says so
+                raise
+            raise failure from None
 
     async def pause(self) -> None:
         await self._stub.Pause(sidecar_pb2.PauseRequest())

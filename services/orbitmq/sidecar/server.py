@@ -102,7 +102,9 @@ class Sidecar:
         )
         for spec in settings.specs:
             self.consumer.subscribe(spec.topic, spec.expression, sql=spec.sql)
-        self.producer = Producer(f"{settings.group}-sidecar", settings.namesrv)
+        self.producer = Producer(
+            f"{settings.group}-sidecar", settings.namesrv, send_timeout_ms=settings.send_timeout_ms
+        )
         self.address = ""
 
     # -- listeners (the push consumer calls these) -----------------------------------------------
@@ -198,10 +200,16 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
             log.info("application %s disconnected", stream.app_id)
 
     async def Send(self, request, context):  # type: ignore[no-untyped-def]
+        """The library producer's send (it rides out a failover); a send that fails for good
+        reaches the application as one status whose reason and one-line message name the
+        topic and the broker (``SendFailed``, mapped like any ``RpcFailure``)."""
         m = request.message
         properties = dict(m.properties)
         message = Message(m.topic, m.body, properties=properties, flag=m.flag)
-        result = await self.s.producer.send(message, sharding_key=request.sharding_key or None)
+        try:
+            result = await self.s.producer.send(message, sharding_key=request.sharding_key or None)
+        except (ValueError, TypeError) as error:  # a bad message (names are mapped already)
+            raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, str(error)) from None
         return sidecar_pb2.SidecarSendResponse(
             status=broker_pb2.SendStatus.Value(result.status.value),
             msg_id=result.msg_id,

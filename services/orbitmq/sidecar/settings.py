@@ -65,6 +65,9 @@ class SidecarSettings(BaseModel):
     heartbeat_ms: int = Field(default=30_000, ge=100)
     lock_renew_ms: int = Field(default=20_000, ge=100)
     route_refresh_ms: int = Field(default=30_000, ge=100)
+    send_timeout_ms: int = Field(default=10_000, ge=1)
+    """Budget of one ``Send`` from an application, retries included: longer than a master
+    failover, so an application's send rides one out (the producer's ``send_timeout_ms``)."""
 
     @field_validator("subscriptions", mode="before")
     @classmethod

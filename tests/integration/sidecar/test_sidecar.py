@@ -293,6 +293,28 @@ async def test_send_through_the_sidecar_and_bad_settings(cluster: Cluster) -> No
     assert bad.returncode != 0 and "invalid SQL92 expression 'a >'" in bad.stderr
 
 
+async def test_a_send_that_fails_for_good_is_one_clear_status(cluster: Cluster) -> None:
+    """The broker is gone: the sidecar's producer retries for --send-timeout-ms, then the
+    application gets the reason and one line naming the topic — no gRPC dump."""
+    from orbitmq.common.rpc import RpcFailure
+    from orbitmq.v1.broker_pb2 import ErrorReason
+
+    sidecar = await start_sidecar(cluster, "Sender", "--subscribe", "Work", "--send-timeout-ms", "1000")
+    try:
+        await cluster.stop_broker("broker-a")
+        async with SidecarClient(sidecar.address) as client:
+            began = time.monotonic()
+            with pytest.raises(RpcFailure) as caught:
+                await client.send("Work", b"nowhere to go")
+        assert 0.5 < time.monotonic() - began < 5
+        assert caught.value.reason == ErrorReason.SERVICE_NOT_AVAILABLE
+        assert caught.value.message.startswith("send to topic Work failed")
+        assert "s of retries" in caught.value.message and "\n" not in caught.value.message
+    finally:
+        sidecar.signal(signal.SIGTERM)
+        await sidecar.wait()
+
+
 async def test_a_slow_app_does_not_grow_the_sidecar_past_flow_control(cluster: Cluster) -> None:
     async with Producer("PG", cluster.address) as producer:
         queues = await producer.write_queues("Work")

@@ -24,7 +24,7 @@ def test_pauses_double_up_to_the_cap_and_stop_when_the_budget_is_spent() -> None
     assert policy.pause_ms(3, 0, jitter=0.0) == 100  # half of 200: jitter spreads producers
     assert policy.pause_ms(1, 9_000, jitter=0.0) == 25
     assert policy.pause_ms(6, 9_000, jitter=0.0) == 500  # leaves 500 ms for the attempt
-    assert policy.pause_ms(6, 9_500, jitter=0.0) is None  # would leave nothing
+    assert policy.pause_ms(6, 9_500, jitter=0.0) == 500 - MIN_ATTEMPT_MS  # last try at the deadline
     assert policy.pause_ms(1, 10_000 - MIN_ATTEMPT_MS, jitter=0.0) is None
 
 
