@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from orbitmq.cli.common import namesrv_option
+from orbitmq.cli.common import human, namesrv_option
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.consumer_types import (
     ConsumeFromWhere,
@@ -125,7 +125,8 @@ def consume(
                 else:
                     click.echo(
                         f"{record['topic']} queue {record['queue']} offset {record['queue_offset']} "
-                        f"{record['msg_id']} tags={record['tags']} keys={record['keys']}: {record['body']}"
+                        f"{record['msg_id']} tags={human(record['tags'])} keys={human(record['keys'])}: "
+                        f"{record['body']}"
                     )
                 shown += 1
             if count is not None and shown >= count:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -147,3 +149,19 @@ async def test_broker_status_is_typed_and_in_a_stable_order(
     lines = out.splitlines()
     assert lines[0] == f"== {running.broker.address}"
     assert [line.split()[0] for line in lines[1:]] == declared
+
+
+async def test_consume_prints_values_not_python_reprs(cluster: tuple[NameServer, RunningBroker]) -> None:
+    namesrv, _ = cluster
+    sent = await produce_one(namesrv.address, "Shown", "s-1")
+    args = ["--topic", "Shown", "--group", "ShownGroup", "--from", "first", "--count", "1"]
+    done = await asyncio.to_thread(  # a child process: consume installs signal handlers
+        subprocess.run,
+        [sys.executable, "-m", "orbitmq.cli.main", "consume", *args, "--namesrv", namesrv.address],
+        capture_output=True,
+        text=True,
+        timeout=45,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"{sent['msg_id']} tags=- keys=s-1: hello ids" in out and "None" not in out and "['" not in out
