@@ -1,11 +1,15 @@
-"""``orbitmq local up`` as a user runs it: real child processes, SIGTERM, restart on the same data."""
+"""``orbitmq local up`` as a user runs it: real child processes, SIGTERM/SIGHUP/SIGKILL, restarts
+on the same data with and without slaves, leftovers named, one-line errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -18,7 +22,10 @@ from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 pytestmark = pytest.mark.timeout(120)
 
 
-def _up(data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
+MIB = 1024 * 1024
+
+
+def _up(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -37,6 +44,7 @@ def _up(data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
             "0",
             "--broker-metrics-port",
             "0",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -56,22 +64,33 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def _stop(process: subprocess.Popen[str]) -> tuple[int, list[int]]:
+def _stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> tuple[int, list[int], str]:
+    """Signal the supervisor, wait; with --json everything it printed on stdout must be JSON.
+    Returns its exit code, the children it had and its stderr."""
     children = _children(process.pid)
-    process.send_signal(signal.SIGTERM)
-    code = process.wait(30)
-    return code, children
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=30)
+    for line in out.splitlines():
+        json.loads(line)  # a human note here would break `local up --json | jq`
+    return process.returncode, children, err
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
 
 
 async def _send_and_read(namesrv: str, body: bytes) -> list[bytes]:
     async with Admin(namesrv) as admin:
         await admin.create_topic("LocalTopic", read_queue_nums=1, write_queue_nums=1)
         route = await admin.route("LocalTopic")
-        address = route.broker_datas[0].broker_addrs[0]
+        address = route.broker_datas[0].broker_addrs[0]  # broker id 0: the master
     async with grpc.aio.insecure_channel(address) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         if body:
-            await stub.SendMessage(
+            reply = await stub.SendMessage(
                 broker_pb2.SendMessageRequest(
                     producer_group="P",
                     topic="LocalTopic",
@@ -79,7 +98,8 @@ async def _send_and_read(namesrv: str, body: bytes) -> list[bytes]:
                     messages=[common_pb2.Message(topic="LocalTopic", body=body)],
                 )
             )
-        reply = await stub.PullMessage(
+            assert reply.status == broker_pb2.SendStatus.SEND_OK, reply
+        pulled = await stub.PullMessage(
             broker_pb2.PullMessageRequest(
                 consumer_group="C",
                 topic="LocalTopic",
@@ -89,7 +109,7 @@ async def _send_and_read(namesrv: str, body: bytes) -> list[bytes]:
                 commit_offset=-1,
             )
         )
-        return [decode(r).body for r in reply.records]
+        return [decode(r).body for r in pulled.records]
 
 
 async def test_up_serves_stops_cleanly_and_restarts_on_the_same_data(tmp_path: Path) -> None:
@@ -101,7 +121,7 @@ async def test_up_serves_stops_cleanly_and_restarts_on_the_same_data(tmp_path: P
         assert all(str(c["metrics"]).startswith("http://") for c in components.values())  # type: ignore[union-attr]
         assert await _send_and_read(str(info["namesrv"]), b"first life") == [b"first life"]
     finally:
-        code, children = _stop(process)
+        code, children, _ = _stop(process)
     assert code == 0 and len(children) == 2
     assert not [pid for pid in children if _alive(pid)], "children left behind"
     assert (data_dir / "broker-a" / "commitlog").is_dir()
@@ -152,3 +172,173 @@ def test_a_busy_port_is_reported_not_hung(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert "namesrv" in result.stderr and str(port) in result.stderr
+
+
+def _pids(info: dict[str, object]) -> dict[str, int]:
+    return {name: int(c["pid"]) for name, c in info["components"].items()}  # type: ignore[attr-defined]
+
+
+async def _ha_state(address: str) -> broker_pb2.HaState | None:
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            return await broker_pb2_grpc.BrokerStub(channel).GetHaState(
+                broker_pb2.GetHaStateRequest(), timeout=2
+            )
+    except grpc.aio.AioRpcError:
+        return None
+
+
+async def _wait_for(what: str, check, timeout_s: float = 30):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = await check()
+        if result:
+            return result
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _replicating(master: str) -> bool:
+    state = await _ha_state(master)
+    return (
+        state is not None and state.role != "SLAVE" and bool(state.slaves) and state.slaves[0].lag_bytes == 0
+    )
+
+
+async def test_single_and_master_slave_runs_continue_on_the_masters_data(tmp_path: Path) -> None:
+    """The new user's path: topics made on a single broker are there with --slaves 1 and after."""
+    data_dir = tmp_path / "local"
+    process, info = _up(data_dir)
+    try:
+        assert await _send_and_read(str(info["namesrv"]), b"single") == [b"single"]
+    finally:
+        assert _stop(process)[0] == 0
+    segments = list((data_dir / "broker-a" / "commitlog").iterdir())
+    assert [s.stat().st_size for s in segments] == [64 * MIB], "local brokers reserve 64 MiB, not 1 GiB"
+
+    process, info = _up(data_dir, "--slaves", "1")
+    try:
+        assert set(info["components"]) == {"namesrv", "broker broker-a", "broker broker-a-s1"}  # type: ignore[arg-type]
+        master = str(info["components"]["broker broker-a"]["address"])  # type: ignore[index]
+        await _wait_for("the slave to catch up", lambda: _replicating(master))
+        assert await _send_and_read(str(info["namesrv"]), b"group") == [b"single", b"group"]
+    finally:
+        assert _stop(process)[0] == 0
+    assert sorted(p.name for p in data_dir.iterdir() if p.is_dir()) == ["broker-a", "broker-a-s1"]
+
+    process, info = _up(data_dir)
+    try:
+        assert await _send_and_read(str(info["namesrv"]), b"") == [b"single", b"group"]
+    finally:
+        assert _stop(process)[0] == 0
+
+
+async def test_after_a_failover_a_single_broker_continues_on_the_promoted_data(tmp_path: Path) -> None:
+    """The promoted slave holds the newest data; the next single-broker run must be on it, and
+    able to write (its recorded SYNC_MASTER role would refuse every send without a slave)."""
+    data_dir = tmp_path / "local"
+    process, info = _up(data_dir, "--slaves", "1", "--failover-after-ms", "500", "--segment-mib", "5")
+    try:
+        components = info["components"]
+        master = str(components["broker broker-a"]["address"])  # type: ignore[index]
+        slave = str(components["broker broker-a-s1"]["address"])  # type: ignore[index]
+        await _wait_for("the slave to catch up", lambda: _replicating(master))
+        assert await _send_and_read(str(info["namesrv"]), b"before") == [b"before"]
+        await _wait_for("the slave to catch up", lambda: _replicating(master))
+        os.kill(_pids(info)["broker broker-a"], signal.SIGKILL)
+        await _wait_for("the slave's promotion", lambda: _replicating(slave))
+        assert await _send_and_read(str(info["namesrv"]), b"after") == [b"before", b"after"]
+    finally:
+        assert _stop(process)[0] == 0
+
+    process, info = _up(data_dir, "--segment-mib", "5")
+    try:
+        assert await _send_and_read(str(info["namesrv"]), b"single") == [b"before", b"after", b"single"]
+    finally:
+        code, _, err = _stop(process)
+    assert code == 0
+    assert "broker-a-s1 became master" in err
+
+
+def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """SIGKILL leaves the supervisor no chance to stop them: the kernel's parent-death signal does."""
+    process, info = _up(tmp_path / "local", "--segment-mib", "5")
+    children = list(_pids(info).values())
+    process.kill()
+    process.wait(10)
+    assert not _wait_gone(children), "children outlived a SIGKILLed supervisor"
+    process, _ = _up(tmp_path / "local", "--segment-mib", "5")  # ports, lock and run file are free
+    assert _stop(process)[0] == 0
+
+
+def test_closing_the_terminal_stops_the_cluster(tmp_path: Path) -> None:
+    process, info = _up(tmp_path / "local", "--segment-mib", "5")
+    code, _, _ = _stop(process, signal.SIGHUP)
+    assert code == 0
+    assert not _wait_gone(list(_pids(info).values()), 5)
+    assert not (tmp_path / "local" / "local-up.json").exists()
+
+
+def test_a_leftover_broker_is_named_with_its_pid(tmp_path: Path) -> None:
+    """A broker left on the data directory (an older run, a manual start) is named, not traced back."""
+    data_dir = tmp_path / "local"
+    leftover = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--data-dir",
+            str(data_dir / "broker-a"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert leftover.stdout is not None and "listening on" in leftover.stdout.readline()
+        result = _run_up(data_dir)
+    finally:
+        leftover.terminate()
+        leftover.wait(15)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"PID {leftover.pid}" in line and f"kill {leftover.pid}" in line and str(data_dir) in line
+
+
+def _run_up(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "local",
+            "up",
+            "--data-dir",
+            str(data_dir),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            "--namesrv-metrics-port",
+            "0",
+            "--broker-metrics-port",
+            "0",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_an_unusable_data_dir_is_one_line(tmp_path: Path) -> None:
+    result = _run_up(Path("/proc/nope"))
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert "/proc/nope" in line and "--data-dir" in line

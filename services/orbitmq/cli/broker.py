@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
 from orbitmq.broker.settings import ENV_PREFIX, BrokerSettings
 from orbitmq.cli.common import NAMESRV_ENV, settings_or_exit
@@ -28,6 +29,11 @@ from orbitmq.cli.serve import serve
 @click.option("--broker-role", type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--flush-mode", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]))
+@click.option(
+    "--segment-bytes",
+    type=int,
+    help="Commit-log segment size for a new store, default 1 GiB (reserved on disk at once).",
+)
 @click.option("--advertise-addr", help="Address registered with name servers.")
 def broker_command(config_file: Path | None, **flags: object) -> None:
     """Run a broker: store, serve producers and consumers, register with name servers.
@@ -39,4 +45,9 @@ def broker_command(config_file: Path | None, **flags: object) -> None:
     if flags.get("namesrv") is None and os.environ.get(NAMESRV_ENV):
         flags["namesrv"] = os.environ[NAMESRV_ENV]
     settings = settings_or_exit(BrokerSettings, config_file, ENV_PREFIX, flags)
+    try:  # the store's own rules (a segment must hold the largest message) before anything starts
+        settings.store_config(settings.advertise_addr or "127.0.0.1:0")
+    except ValidationError as error:
+        problems = "; ".join(str(issue["msg"]).removeprefix("Value error, ") for issue in error.errors())
+        raise click.ClickException(f"invalid settings: {problems}") from None
     serve(f"broker {settings.broker_name}", run(settings))

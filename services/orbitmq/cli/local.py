@@ -9,7 +9,9 @@ from pathlib import Path
 
 import click
 
-from orbitmq.local.supervisor import LocalCluster, run_local
+from orbitmq.local.datadir import MASTER_DIR
+from orbitmq.local.supervisor import LOCAL_SEGMENT_BYTES, LocalCluster, run_local
+from orbitmq.store.config import MIB
 
 DEFAULT_DATA_DIR = Path("~/.orbitmq/local").expanduser()
 
@@ -25,7 +27,8 @@ def local() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=DEFAULT_DATA_DIR,
     show_default=True,
-    help="Where the brokers keep their data (reused on the next start).",
+    help=f"Where the brokers keep their data: the master in {MASTER_DIR}/ (with or without "
+    "--slaves), slaves in broker-a-s1/ …; the next start continues on it.",
 )
 @click.option("--namesrv-port", type=click.IntRange(0, 65535), default=9876, show_default=True)
 @click.option("--broker-port", type=click.IntRange(0, 65535), default=10911, show_default=True)
@@ -45,7 +48,20 @@ def local() -> None:
     show_default=True,
     help="How long a master may be unseen before a slave replaces it.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
+@click.option(
+    "--segment-mib",
+    type=click.IntRange(5, 1024),  # a segment must hold the largest message (4 MiB)
+    default=LOCAL_SEGMENT_BYTES // MIB,
+    show_default=True,
+    help="Commit-log segment size of each new broker store, in MiB. A broker reserves a whole "
+    "segment on disk at once; production brokers use 1024. Existing stores keep their size.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the endpoints as one JSON line on stdout (notes go to stderr).",
+)
 def up(
     data_dir: Path,
     namesrv_port: int,
@@ -54,6 +70,7 @@ def up(
     broker_metrics_port: int,
     slaves: int,
     failover_after_ms: int,
+    segment_mib: int,
     as_json: bool,
 ) -> None:
     """Start a name server and a broker (with --slaves, a master/slave group with failover);
@@ -66,6 +83,7 @@ def up(
         broker_metrics_port=broker_metrics_port,
         slaves=slaves,
         failover_after_ms=failover_after_ms,
+        segment_bytes=segment_mib * MIB,
     )
 
     def report(running: LocalCluster) -> None:
@@ -82,10 +100,14 @@ def up(
                 flush=True,
             )
             return
-        print(f"orbitmq local cluster is up (data in {running.data_dir})")
+        print(f"orbitmq local cluster is up (master data in {running.data_dir / MASTER_DIR})")
         for name, info in endpoints.items():
             print(f"  {name:<18} {info['address']:<22} metrics {info['metrics']}")
         print(f"  export ORBITMQ_NAMESRV={running.namesrv.address}")
-        print("  Ctrl-C stops it; the next `orbitmq local up` continues on the same data.", flush=True)
+        print(
+            "  Ctrl-C stops it; the next `orbitmq local up` with this --data-dir, with or without "
+            "--slaves, continues on the master's data.",
+            flush=True,
+        )
 
     sys.exit(asyncio.run(run_local(cluster, report)))

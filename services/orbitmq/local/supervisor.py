@@ -2,9 +2,12 @@
 
 Each component is a real ``orbitmq`` child process (the same commands Kubernetes runs); the
 supervisor reads the one line each prints once it is serving, reports the endpoints, and on
-Ctrl-C or SIGTERM stops brokers before name servers (so brokers can unregister), waiting a
-bounded time before SIGKILL. A component that dies on its own stops the cluster with its
-exit code and the tail of its error output, rather than leaving half a cluster running.
+Ctrl-C, SIGTERM or SIGHUP (the terminal closed) stops brokers before name servers (so brokers
+can unregister), waiting a bounded time before SIGKILL; if the supervisor itself is killed,
+its children get SIGTERM from the kernel (:mod:`orbitmq.local.lifeline`). A component that
+dies on its own stops the cluster with its exit code and its one-line error, rather than
+leaving half a cluster running. :mod:`orbitmq.local.datadir` decides which directory the
+master continues on and names processes an earlier run left behind.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import signal
 import sys
@@ -24,8 +28,11 @@ from pathlib import Path
 import grpc
 
 from orbitmq.broker.ha import RoleState
+from orbitmq.common.server import StartupError
 from orbitmq.ha import Decision, Member, Policy, Role, decide
-from orbitmq.store.config import BrokerRole
+from orbitmq.local import datadir
+from orbitmq.local.lifeline import SUPERVISOR_PID_ENV
+from orbitmq.store.config import MIB, BrokerRole
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -35,6 +42,14 @@ POLL_S = 0.5
 READY_LINE = re.compile(r"listening on (?P<address>\S+) metrics (?P<metrics>\S+)")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+LOCAL_SEGMENT_BYTES = 64 * MIB
+"""Commit-log segment size of local brokers: each broker reserves one whole segment on disk at
+once, and the production default (1 GiB) made a laptop's three-broker group take 3 GiB empty."""
+
+
+def note(text: str) -> None:
+    """A message for the person running ``local up``: stderr, so stdout stays the report."""
+    print(f"orbitmq local: {text}", file=sys.stderr, flush=True)
 
 
 class ComponentFailed(RuntimeError):
@@ -59,6 +74,7 @@ class Component:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+            env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},  # they die with us
         )
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
         try:
@@ -79,9 +95,11 @@ class Component:
         self._stdout_task = asyncio.ensure_future(self._drain_stdout())
 
     def _failure(self, what: str) -> str:
+        """One line: the component, what happened, and its own last word (its one-line error)."""
         code = self.process.returncode if self.process else None
-        tail = "\n  ".join(self.stderr_tail) or "(no error output)"
-        return f"{self.name} {what} (exit code {code}):\n  {tail}"
+        last = next((line.strip() for line in reversed(self.stderr_tail) if line.strip()), "")
+        last = last.removeprefix("Error: ") or "(no error output)"
+        return f"{self.name} {what} (exit code {code}): {last}"
 
     async def _drain_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -138,6 +156,8 @@ class LocalCluster:
     host: str = "127.0.0.1"
     slaves: int = 0
     """Slaves of broker-a; with any, the master is SYNC_MASTER and failover is on."""
+    segment_bytes: int = LOCAL_SEGMENT_BYTES
+    """Segment size of new brokers; an existing store keeps the size it was created with."""
     failover_after_ms: int = 3_000
     """A master unseen this long is replaced (the decision module's detection window)."""
     components: list[Component] = field(default_factory=list)
@@ -148,8 +168,33 @@ class LocalCluster:
     def master_role(self) -> str:
         return "SYNC_MASTER" if self.slaves else "ASYNC_MASTER"
 
+    def prepare(self) -> int:
+        """Check nobody else uses the data directory and put the master's data in ``broker-a``;
+        returns the master's epoch. Raises StartupError (one line) when it cannot."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StartupError(
+                f"data directory {self.data_dir} cannot be created ({error.strerror}); "
+                "choose a writable one with --data-dir"
+            ) from None
+        found = datadir.leftovers(self.data_dir)
+        if found:
+            named = ", ".join(f"{name} PID {pid}" for name, pid in found)
+            raise StartupError(
+                f"{self.data_dir} is in use by {named} (left over from an earlier `orbitmq local up`, "
+                f"or still running); stop them with: kill {' '.join(str(pid) for _, pid in found)}"
+            )
+        for text in datadir.migrate_legacy(self.data_dir) + datadir.put_master_in_place(self.data_dir):
+            note(text)
+        master = self.data_dir / datadir.MASTER_DIR
+        state = datadir.read_member(master)
+        if state.role is not None:  # recorded by a failover: make it this run's kind of master
+            datadir.set_role(master, BrokerRole(self.master_role), 0, state.epoch)
+        return state.epoch
+
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        epoch = self.prepare()
         namesrv = Component(
             "namesrv",
             [
@@ -162,9 +207,15 @@ class LocalCluster:
         )
         await self._start(namesrv)
         for index in range(self.slaves + 1):
-            # A single broker keeps the original names; a group numbers its members.
-            name = "broker-a" if not self.slaves else f"broker-a-{index}"
+            # The master always continues on broker-a, with or without slaves (see datadir).
+            name = datadir.MASTER_DIR if index == 0 else datadir.slave_dir(index)
             data = self.data_dir / name
+            if index:  # a slave follows this run's master, whatever its directory last recorded
+                master_addr = self.brokers[0].component.address
+                datadir.set_role(data, BrokerRole.SLAVE, index, epoch, master_addr)
+            segment_bytes = datadir.check_segment_bytes(data, self.segment_bytes)
+            if segment_bytes != self.segment_bytes:
+                note(f"{name} keeps the {segment_bytes // MIB} MiB segments its store was created with")
             port = self.broker_port + 10 * index if self.broker_port else 0
             metrics = self.broker_metrics_port + 10 * index if self.broker_metrics_port else 0
             component = Component(
@@ -185,10 +236,17 @@ class LocalCluster:
                     self.master_role if index == 0 else "SLAVE",
                     "--broker-id",
                     str(index),
+                    "--segment-bytes",
+                    str(segment_bytes),
                 ],
             )
             await self._start(component)
             self.brokers.append(BrokerMember(component, data))
+        self._write_run_file()
+
+    def _write_run_file(self) -> None:
+        pids = {c.name: c.process.pid for c in self.components if c.process and c.process.returncode is None}
+        datadir.write_run_file(self.data_dir, pids)
 
     async def _start(self, component: Component) -> None:
         self.components.append(component)
@@ -203,6 +261,7 @@ class LocalCluster:
         for component in reversed(self.components):
             code = await component.stop()
             log.info("%s stopped (exit code %s)", component.name, code)
+        datadir.remove_run_file(self.data_dir)
 
     async def watch(self, stop: asyncio.Event) -> Component | None:
         """Wait for ``stop`` or for a component to exit; returns the component that died.
@@ -302,10 +361,9 @@ class LocalCluster:
                 broker_pb2.ChangeRoleRequest(role=self.master_role, epoch=decision.epoch, broker_id=0),
             )
             self.failovers += 1
-            print(
-                f"orbitmq local: failover {self.failovers}: {chosen.component.name} is master at epoch "
-                f"{decision.epoch} ({decision.reason})",
-                flush=True,
+            note(
+                f"failover {self.failovers}: {chosen.component.name} is master at epoch "
+                f"{decision.epoch} ({decision.reason})"
             )
             for broker in self.brokers:  # the dead master will come back under the freed id
                 if broker is not chosen and broker.state is not None and broker.state.broker_id == 0:
@@ -345,6 +403,7 @@ class LocalCluster:
             elif broker.state is not None and broker.state.role != "SLAVE":
                 continue  # the lost master: wait for the decision (a blip, or no candidate yet)
             await broker.component.start()
+            self._write_run_file()
 
     @property
     def namesrv(self) -> Component:
@@ -361,19 +420,19 @@ async def run_local(cluster: LocalCluster, report: Callable[[LocalCluster], None
     """Start, report, supervise until a signal; returns the process exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal closed
         loop.add_signal_handler(signum, stop.set)
     try:
         await cluster.start()
-    except ComponentFailed as error:
-        print(f"orbitmq local: {error}", file=sys.stderr, flush=True)
+    except (ComponentFailed, StartupError) as error:
+        note(str(error))
         return 1
     report(cluster)
     died = await cluster.watch(stop)
     with contextlib.suppress(Exception):
         await cluster.stop()
     if died is not None:
-        print(f"orbitmq local: {died._failure('exited unexpectedly')}", file=sys.stderr, flush=True)
+        note(died._failure("exited unexpectedly"))
         return 1
-    print("orbitmq local: stopped", flush=True)
+    note("stopped")
     return 0
