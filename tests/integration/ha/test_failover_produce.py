@@ -1,6 +1,7 @@
-"""Producing through a failover, as a user sees it from the shell: ``orbitmq produce --count``
-keeps sending while the master of a ``local up --slaves 1`` group is SIGKILLed, finishes with
-exit code 0 and every message acknowledged, and a consumer then reads every one of them."""
+"""Producing through a failover: ``orbitmq produce --count`` (and library producers beside it)
+keep sending while the master of a ``local up --slaves 1`` group is SIGKILLed; the command
+finishes with exit code 0 and every message acknowledged, no library send fails, and a consumer
+then reads every acknowledged message."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from clusterkit import FAST, Collector, eventually
 from test_failover_chaos import free_base_port, healthy_pair
 
-from orbitmq.client import Admin, ConsumeFromWhere, PushConsumer
+from orbitmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsumer
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 TOPIC = "FailoverCli"
-COUNT = 6_000
+COUNT = 4_000
 KILL_AFTER = 500
 """Acknowledged sends before the master is killed."""
+LIBRARY_SENDERS = 4
+"""Concurrent library senders beside the command (their failed sends share route refreshes)."""
 
 
 async def pid_of(address: str) -> int:
@@ -131,11 +134,29 @@ async def test_cli_produce_rides_out_a_master_sigkill(group: LocalGroup) -> None
 
     began = time.monotonic()
     run, reader = start_produce(group.namesrv, "--topic", TOPIC, "--count", str(COUNT), "--body", "m{i}")
+    library_acked: list[str] = []
+    library_failures: list[str] = []
+
+    async def library_sender(producer: Producer, sender: int) -> None:
+        i = 0
+        while run.process.poll() is None:
+            body = f"lib{sender}-{i}"
+            try:
+                await producer.send(Message(TOPIC, body.encode()))
+            except Exception as error:  # any failure reaching the caller is what this test forbids
+                library_failures.append(f"{type(error).__name__}: {error}")
+            else:
+                library_acked.append(body)
+            i += 1
+
     try:
-        await eventually(lambda: len(run.results) >= KILL_AFTER, 30, lambda: f"{len(run.results)} sent")
-        os.kill(await pid_of(master), signal.SIGKILL)
-        killed = time.monotonic()
-        code = await asyncio.to_thread(run.process.wait, 60)
+        async with Producer("FailoverLibrary", group.namesrv) as producer:
+            senders = [asyncio.create_task(library_sender(producer, n)) for n in range(LIBRARY_SENDERS)]
+            await eventually(lambda: len(run.results) >= KILL_AFTER, 30, lambda: f"{len(run.results)} sent")
+            os.kill(await pid_of(master), signal.SIGKILL)
+            killed = time.monotonic()
+            code = await asyncio.to_thread(run.process.wait, 60)
+            await asyncio.gather(*senders)
     finally:
         if run.process.poll() is None:
             run.process.kill()
@@ -148,6 +169,7 @@ async def test_cli_produce_rides_out_a_master_sigkill(group: LocalGroup) -> None
     times = [at for at, _ in run.results]
     resumed = max(later - earlier for earlier, later in itertools.pairwise(times) if later > killed)
     assert run.summary is not None and run.summary["sent"] == COUNT and run.summary["failed"] == 0
+    assert library_failures == [], library_failures[:3]
 
     collector = Collector()
     consumer = PushConsumer(
@@ -159,7 +181,7 @@ async def test_cli_produce_rides_out_a_master_sigkill(group: LocalGroup) -> None
     )
     consumer.subscribe(TOPIC)
     await consumer.start()
-    expected = {f"m{i}" for i in range(COUNT)}
+    expected = {f"m{i}" for i in range(COUNT)} | set(library_acked)
     try:
         await eventually(
             lambda: expected <= set(collector.bodies()),
@@ -173,6 +195,7 @@ async def test_cli_produce_rides_out_a_master_sigkill(group: LocalGroup) -> None
     for _, record in run.results:
         statuses[str(record["status"])] = statuses.get(str(record["status"]), 0) + 1
     print(
-        f"failover produce: {COUNT} acknowledged in {took:.1f} s ({statuses}), all consumed, "
+        f"failover produce: {COUNT} from the command in {took:.1f} s ({statuses}) and "
+        f"{len(library_acked)} from {LIBRARY_SENDERS} library senders acknowledged, all consumed, "
         f"{len(consumed) - len(set(consumed))} duplicates; writes resumed {resumed:.2f} s after the kill"
     )
