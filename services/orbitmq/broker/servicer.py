@@ -17,8 +17,16 @@ import grpc
 
 from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.reput import detour
+from orbitmq.broker.topic_changes import (
+    Backlog,
+    TopicChangePlan,
+    check_user_topic_name,
+    measure_backlog,
+    plan_create,
+    plan_update,
+)
 from orbitmq.broker.topics import retry_topic, topic_to_proto
-from orbitmq.common.names import validate_group_name
+from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure, parse_request, returns_reply_bytes, takes_request_bytes
 from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
 from orbitmq.native import NATIVE, SendHeader, scan_send
@@ -58,6 +66,8 @@ _EMPTY_QUEUE = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
 MAX_PULL_BATCH = 1024
 _DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED})
 _DETOUR_NAMES = tuple(name.encode() for name in sorted(_DETOUR_KEYS))
+_TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "order")
+"""UpdateTopicRequest's optional fields: only those present change."""
 _TOPIC_OF = attrgetter("topic")
 _BODY_OF = attrgetter("body")
 _FLAG_OF = attrgetter("flag")
@@ -573,9 +583,50 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
     # -- administration ------------------------------------------------------------------------
 
     async def CreateTopic(self, request, context):
-        config = self.b.topics.create_or_update(request.topic)
-        await self.b.registration_changed()
-        return broker_pb2.AdminResponse(message=f"topic {config.topic_name!r} created or updated")
+        name = request.topic.topic_name
+        validate_topic_name(name)
+        check_user_topic_name(name, (self.b.settings.cluster, self.b.settings.broker_name))
+        plan = plan_create(
+            self.b.topics.from_proto(request.topic),
+            self.b.topics.get(name),
+            self._backlog(name),
+            update_existing=request.update_existing,
+            force=request.force,
+        )
+        return await self._apply_topic_change(plan)
+
+    async def UpdateTopic(self, request, context):
+        validate_topic_name(request.topic)
+        given = {f: getattr(request, f) for f in _TOPIC_FIELDS if request.HasField(f)}
+        plan = plan_update(
+            self.b.topics.get(request.topic),
+            self._backlog(request.topic),
+            topic=request.topic,
+            force=request.force,
+            **given,
+        )
+        return await self._apply_topic_change(plan)
+
+    def _backlog(self, topic: str) -> Backlog:
+        store, offsets = self.b.store, self.b.offsets
+        return measure_backlog(
+            topic,
+            min_offset=store.min_offset_in_queue,
+            max_offset=store.max_offset_in_queue,
+            groups=offsets.groups_of_topic,
+            committed=offsets.query,
+        )
+
+    async def _apply_topic_change(self, plan: TopicChangePlan) -> broker_pb2.TopicChange:
+        if plan.writes:
+            self.b.topics.tables.topics.put(plan.after)
+            await self.b.registration_changed()
+        return broker_pb2.TopicChange(
+            outcome=plan.outcome,
+            broker_name=self.b.settings.broker_name,
+            before=topic_to_proto(plan.before) if plan.before is not None else None,
+            after=topic_to_proto(plan.after),
+        )
 
     async def DeleteTopic(self, request, context):
         if not self.b.topics.delete(request.topic):

@@ -151,9 +151,10 @@ class TopicManager:
             )
         return requested
 
-    def create_or_update(self, proto: common_pb2.TopicConfig) -> TopicConfig:
+    def from_proto(self, proto: common_pb2.TopicConfig) -> TopicConfig:
+        """A topic as an admin request asks for it: queue counts and perm of 0 take the defaults."""
         try:
-            config = TopicConfig(
+            return TopicConfig(
                 topic_name=proto.topic_name,
                 read_queue_nums=proto.read_queue_nums or self._default_queue_nums,
                 write_queue_nums=proto.write_queue_nums or self._default_queue_nums,
@@ -163,8 +164,6 @@ class TopicManager:
             )
         except ValueError as error:
             raise RpcFailure(ErrorReason.INVALID_ARGUMENT, _first_line(error)) from None
-        self.tables.topics.put(config)
-        return config
 
     def delete(self, topic: str) -> bool:
         validate_topic_name(topic)

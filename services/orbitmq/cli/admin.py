@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -15,11 +16,12 @@ import click
 import grpc
 
 from orbitmq.cli.common import emit_object, emit_rows, json_option, namesrv_option
-from orbitmq.client.admin import Admin
+from orbitmq.client.admin import Admin, TopicChangeReport
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import failure_of
 from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage
+from orbitmq.v1.broker_pb2 import TopicChangeOutcome
 
 
 def run_admin(work: Callable[[Admin], Awaitable[Any]], namesrv: str) -> Any:
@@ -105,56 +107,182 @@ def _topic_options(function: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
             click.option("--topic", required=True),
-            click.option("--read-queues", type=click.IntRange(1, 1024), default=4, show_default=True),
-            click.option("--write-queues", type=click.IntRange(1, 1024), default=4, show_default=True),
             click.option(
-                "--perm",
-                type=click.IntRange(0, 7),
-                default=6,
-                show_default=True,
-                help="READ=4 WRITE=2 INHERIT=1",
+                "--read-queues", type=click.IntRange(1, 1024), help="Read queues (create: default 4)."
             ),
-            click.option("--order", is_flag=True, help="An ordered topic."),
+            click.option(
+                "--write-queues", type=click.IntRange(1, 1024), help="Write queues (create: default 4)."
+            ),
+            click.option(
+                "--perm", type=click.IntRange(0, 7), help="READ=4 WRITE=2 INHERIT=1 (create: default 6)."
+            ),
             click.option("--cluster", help="Every master of this cluster (default: every master)."),
             click.option("--broker", "broker_addr", help="Only this broker address."),
+            click.option(
+                "--force",
+                is_flag=True,
+                help="Allow a change that hides unconsumed messages (read queues cut below queues "
+                "that hold them, or fewer read than write queues).",
+            ),
         ]
     ):
         function = option(function)
     return function
 
 
-def _create_or_update(
-    namesrv: str, as_json: bool, topic: str, broker_addr: str | None, cluster: str | None, **q: Any
-) -> None:
-    brokers = run_admin(
-        lambda a: a.create_topic(
-            topic,
-            read_queue_nums=q["read_queues"],
-            write_queue_nums=q["write_queues"],
-            perm=q["perm"],
-            order=q["order"],
-            cluster=cluster,
-            broker_addr=broker_addr,
-        ),
-        namesrv,
-    )
-    emit_object({"topic": topic, "brokers": brokers}, as_json)
+_TOPIC_COLUMNS = ["broker", "address", "outcome", "read_queues", "write_queues", "perm", "order"]
+
+
+def _change_rows(reports: list[TopicChangeReport]) -> list[dict[str, Any]]:
+    """One row per broker: the topic as it is now, and what the call did to it."""
+
+    def shown(name: str, report: TopicChangeReport) -> Any:
+        after = getattr(report.change.after, name)
+        before = getattr(report.change.before, name)
+        changed = report.change.HasField("before") and before != after
+        return f"{before} -> {after}" if changed else after
+
+    return [
+        {
+            "broker": r.change.broker_name,
+            "address": r.address,
+            "outcome": r.outcome,
+            **{
+                column: shown(field, r)
+                for column, field in (
+                    ("read_queues", "read_queue_nums"),
+                    ("write_queues", "write_queue_nums"),
+                    ("perm", "perm"),
+                    ("order", "order"),
+                )
+            },
+        }
+        for r in reports
+    ]
+
+
+def _emit_changes(topic: str, reports: list[TopicChangeReport], as_json: bool) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "topic": topic,
+                        "broker": r.change.broker_name,
+                        "address": r.address,
+                        "outcome": r.outcome,
+                        "before": _topic_json(r.change.before) if r.change.HasField("before") else None,
+                        "after": _topic_json(r.change.after),
+                    }
+                    for r in reports
+                ]
+            )
+        )
+        return
+    emit_rows(_change_rows(reports), _TOPIC_COLUMNS, False, f"topic {topic}")
+
+
+def _topic_json(config: Any) -> dict[str, Any]:
+    return {
+        "read_queues": config.read_queue_nums,
+        "write_queues": config.write_queue_nums,
+        "perm": config.perm,
+        "order": config.order,
+    }
 
 
 @topic.command("create")
 @_topic_options
+@click.option("--order", is_flag=True, help="An ordered topic.")
+@click.option(
+    "--update",
+    "update_existing",
+    is_flag=True,
+    help="Where the topic exists, change it to what is given (as topic update would).",
+)
 @common
-def topic_create(**options: Any) -> None:
-    """Create a topic (an existing one is updated)."""
-    _create_or_update(**options)
+def topic_create(
+    namesrv: str,
+    as_json: bool,
+    topic: str,
+    cluster: str | None,
+    broker_addr: str | None,
+    update_existing: bool,
+    force: bool,
+    **asked: Any,
+) -> None:
+    """Create a topic. An existing topic is left as it is and shown (exit status 1 if it differs
+    from what was asked); --update changes it."""
+    reports = run_admin(
+        lambda a: a.create_topic(
+            topic,
+            read_queue_nums=asked["read_queues"],
+            write_queue_nums=asked["write_queues"],
+            perm=asked["perm"],
+            order=asked["order"],
+            cluster=cluster,
+            broker_addr=broker_addr,
+            update_existing=update_existing,
+            force=force,
+        ),
+        namesrv,
+    )
+    _emit_changes(topic, reports, as_json)
+    differing = [r for r in reports if _differs_from_asked(r, asked)]
+    if differing:
+        where = ", ".join(r.change.broker_name for r in differing)
+        raise click.ClickException(
+            f"topic {topic!r} already exists on {where} with other settings (shown above) and was "
+            "left unchanged; change it with 'orbitmq admin topic update' or 'topic create --update'"
+        )
+
+
+def _differs_from_asked(report: TopicChangeReport, asked: dict[str, Any]) -> bool:
+    """Whether an existing topic differs in a setting the user gave (defaults do not count)."""
+    if report.change.outcome != TopicChangeOutcome.TOPIC_EXISTS_DIFFERENT:
+        return False
+    before = report.change.before
+    given = {
+        "read_queue_nums": asked["read_queues"],
+        "write_queue_nums": asked["write_queues"],
+        "perm": asked["perm"],
+        "order": asked["order"] or None,
+    }
+    return any(value is not None and getattr(before, name) != value for name, value in given.items())
 
 
 @topic.command("update")
 @_topic_options
+@click.option("--order/--no-order", default=None, help="Make the topic ordered or not.")
 @common
-def topic_update(**options: Any) -> None:
-    """Update a topic's queue counts, permission or order flag."""
-    _create_or_update(**options)
+def topic_update(
+    namesrv: str,
+    as_json: bool,
+    topic: str,
+    cluster: str | None,
+    broker_addr: str | None,
+    force: bool,
+    **asked: Any,
+) -> None:
+    """Change only the settings given of an existing topic (a missing topic is an error)."""
+    if all(value is None for value in asked.values()):
+        raise click.UsageError(
+            "give at least one of --read-queues, --write-queues, --perm, --order/--no-order"
+        )
+    reports = run_admin(
+        lambda a: a.update_topic(
+            topic,
+            read_queue_nums=asked["read_queues"],
+            write_queue_nums=asked["write_queues"],
+            perm=asked["perm"],
+            order=asked["order"],
+            cluster=cluster,
+            broker_addr=broker_addr,
+            force=force,
+        ),
+        namesrv,
+    )
+    _emit_changes(topic, reports, as_json)
 
 
 @topic.command("delete")

@@ -35,6 +35,19 @@ class MessageNotFound(OrbitError):
 
 
 @dataclass(frozen=True, slots=True)
+class TopicChangeReport:
+    """What a create or update did on one broker: the outcome, the topic before and after."""
+
+    address: str
+    change: broker_pb2.TopicChange
+
+    @property
+    def outcome(self) -> str:
+        """``created``, ``updated``, ``unchanged`` or ``exists_different``."""
+        return broker_pb2.TopicChangeOutcome.Name(self.change.outcome).removeprefix("TOPIC_").lower()
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerInfo:
     cluster: str
     broker_name: str
@@ -99,30 +112,92 @@ class Admin:
         self,
         topic: str,
         *,
-        read_queue_nums: int = 4,
-        write_queue_nums: int = 4,
-        perm: int = 6,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,
-    ) -> list[str]:
-        """Create or update a topic on one broker or every master of a cluster; returns brokers."""
+        update_existing: bool = False,
+        force: bool = False,
+    ) -> list[TopicChangeReport]:
+        """Create a topic on one broker or every master of a cluster (None: the broker's default
+        queue counts and read-write perm). Where it already exists it is left as it is and the
+        report says what is there (outcome ``TOPIC_EXISTS_DIFFERENT`` when it differs from what
+        was asked), unless ``update_existing``: then it is changed as :meth:`update_topic` would
+        change it. ``force`` allows a change that hides unconsumed messages."""
         validate_topic_name(topic)
         config = common_pb2.TopicConfig(
             topic_name=topic,
-            read_queue_nums=read_queue_nums,
-            write_queue_nums=write_queue_nums,
-            perm=perm,
+            read_queue_nums=read_queue_nums or 0,
+            write_queue_nums=write_queue_nums or 0,
+            perm=perm or 0,
             order=order,
         )
-        targets = [broker_addr] if broker_addr else [b.address for b in await self.masters(cluster)]
-        for address in targets:
-            await self._channels.broker(address).CreateTopic(
-                broker_pb2.CreateTopicRequest(topic=config), timeout=10
+        request = broker_pb2.CreateTopicRequest(topic=config, update_existing=update_existing, force=force)
+        return [
+            TopicChangeReport(address, await self._channels.broker(address).CreateTopic(request, timeout=10))
+            for address in await self._topic_targets(cluster, broker_addr)
+        ]
+
+    async def update_topic(
+        self,
+        topic: str,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+        order: bool | None = None,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        force: bool = False,
+    ) -> list[TopicChangeReport]:
+        """Change only the settings given (None keeps a setting) on the masters that have the
+        topic. A topic no target has is refused (``TOPIC_NOT_EXIST``), never created; a change
+        that would hide unconsumed messages is refused (``WOULD_HIDE_MESSAGES``, naming the
+        queues and counts) unless ``force``."""
+        validate_topic_name(topic)
+        request = broker_pb2.UpdateTopicRequest(topic=topic, force=force)
+        for name, value in (
+            ("read_queue_nums", read_queue_nums),
+            ("write_queue_nums", write_queue_nums),
+            ("perm", perm),
+            ("order", order),
+        ):
+            if value is not None:
+                setattr(request, name, value)
+        reports, missing = [], []
+        for address in await self._topic_targets(cluster, broker_addr):
+            try:
+                change = await self._channels.broker(address).UpdateTopic(request, timeout=10)
+            except grpc.aio.AioRpcError as error:
+                if not _is_reason(error, ErrorReason.TOPIC_NOT_EXIST):
+                    raise
+                missing.append(address)
+                continue
+            reports.append(TopicChangeReport(address, change))
+        if not reports:
+            raise RpcFailure(
+                ErrorReason.TOPIC_NOT_EXIST,
+                f"topic {topic!r} does not exist on {', '.join(missing)}; create it first (topic create)",
+            )
+        return reports
+
+    async def _topic_targets(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        if broker_addr:
+            return [broker_addr]
+        targets = [b.address for b in await self.masters(cluster)]
+        if not targets:
+            where = f"cluster {cluster!r}" if cluster else "the name servers"
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE, f"no master broker is registered with {where}"
             )
         return targets
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        """Delete a topic from every master (of ``cluster``) and the name servers; returns the
+        brokers that had it. A topic no broker and no name server knows is refused, so a typo
+        is not reported as done."""
         validate_topic_name(topic)
         deleted = []
         for broker in await self.masters(cluster):
@@ -131,13 +206,26 @@ class Admin:
                     broker_pb2.DeleteTopicRequest(topic=topic)
                 )
                 deleted.append(broker.address)
-            except Exception as error:  # a broker without the topic is fine
+            except grpc.aio.AioRpcError as error:  # a broker without the topic is fine
                 if not _is_reason(error, ErrorReason.TOPIC_NOT_EXIST):
                     raise
+        if not deleted and not await self._has_route(topic):
+            raise RpcFailure(
+                ErrorReason.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist (no broker and no route has it)"
+            )
         await self._channels.namesrv_call(
             "DeleteTopic", nameserver_pb2.DeleteTopicInNameServerRequest(topic=topic)
         )
         return deleted
+
+    async def _has_route(self, topic: str) -> bool:
+        try:
+            await self.route(topic)
+        except grpc.aio.AioRpcError as error:
+            if _is_reason(error, ErrorReason.TOPIC_NOT_EXIST):
+                return False
+            raise
+        return True
 
     async def topic_status(self, topic: str) -> list[tuple[str, broker_pb2.QueueOffsets]]:
         rows = []

@@ -41,6 +41,7 @@ _CODES: dict[int, grpc.StatusCode] = {
     ErrorReason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorReason.SLAVE_READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorReason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorReason.WOULD_HIDE_MESSAGES: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

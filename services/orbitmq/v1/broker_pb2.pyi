@@ -22,6 +22,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SERVICE_NOT_AVAILABLE: _ClassVar[ErrorReason]
     INVALID_ARGUMENT: _ClassVar[ErrorReason]
     STALE_EPOCH: _ClassVar[ErrorReason]
+    WOULD_HIDE_MESSAGES: _ClassVar[ErrorReason]
 
 class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -45,6 +46,14 @@ class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NO_NEW_MSG: _ClassVar[PullStatus]
     NO_MATCHED_MSG: _ClassVar[PullStatus]
     OFFSET_ILLEGAL: _ClassVar[PullStatus]
+
+class TopicChangeOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOPIC_CHANGE_OUTCOME_UNSPECIFIED: _ClassVar[TopicChangeOutcome]
+    TOPIC_CREATED: _ClassVar[TopicChangeOutcome]
+    TOPIC_UPDATED: _ClassVar[TopicChangeOutcome]
+    TOPIC_UNCHANGED: _ClassVar[TopicChangeOutcome]
+    TOPIC_EXISTS_DIFFERENT: _ClassVar[TopicChangeOutcome]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 TOPIC_NOT_EXIST: ErrorReason
 SUBSCRIPTION_GROUP_NOT_EXIST: ErrorReason
@@ -57,6 +66,7 @@ SLAVE_READ_ONLY: ErrorReason
 SERVICE_NOT_AVAILABLE: ErrorReason
 INVALID_ARGUMENT: ErrorReason
 STALE_EPOCH: ErrorReason
+WOULD_HIDE_MESSAGES: ErrorReason
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_OK: SendStatus
 FLUSH_DISK_TIMEOUT: SendStatus
@@ -71,6 +81,11 @@ FOUND: PullStatus
 NO_NEW_MSG: PullStatus
 NO_MATCHED_MSG: PullStatus
 OFFSET_ILLEGAL: PullStatus
+TOPIC_CHANGE_OUTCOME_UNSPECIFIED: TopicChangeOutcome
+TOPIC_CREATED: TopicChangeOutcome
+TOPIC_UPDATED: TopicChangeOutcome
+TOPIC_UNCHANGED: TopicChangeOutcome
+TOPIC_EXISTS_DIFFERENT: TopicChangeOutcome
 
 class SendMessageRequest(_message.Message):
     __slots__ = ("producer_group", "topic", "queue_id", "messages", "born_timestamp_ms", "born_host", "sys_flag", "reconsume_times", "default_topic_queue_nums")
@@ -502,10 +517,42 @@ class TopicStats(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "update_existing", "force")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     topic: _common_pb2.TopicConfig
-    def __init__(self, topic: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+    update_existing: bool
+    force: bool
+    def __init__(self, topic: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., update_existing: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "order", "force")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
+    force: bool
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class TopicChange(_message.Message):
+    __slots__ = ("outcome", "broker_name", "before", "after")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    outcome: TopicChangeOutcome
+    broker_name: str
+    before: _common_pb2.TopicConfig
+    after: _common_pb2.TopicConfig
+    def __init__(self, outcome: _Optional[_Union[TopicChangeOutcome, str]] = ..., broker_name: _Optional[str] = ..., before: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., after: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("topic",)

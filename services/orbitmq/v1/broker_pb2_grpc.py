@@ -132,7 +132,12 @@ class BrokerStub:
         self.CreateTopic = channel.unary_unary(
                 '/orbitmq.v1.Broker/CreateTopic',
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.CreateTopicRequest.SerializeToString,
-                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AdminResponse.FromString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.TopicChange.FromString,
+                _registered_method=True)
+        self.UpdateTopic = channel.unary_unary(
+                '/orbitmq.v1.Broker/UpdateTopic',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.UpdateTopicRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.TopicChange.FromString,
                 _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/orbitmq.v1.Broker/DeleteTopic',
@@ -325,6 +330,14 @@ class BrokerServicer:
 
     def CreateTopic(self, request, context):
         """-- administration ----------------------------------------------------------------------
+        Creates a topic; an existing one is left as it is unless `update_existing` is set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateTopic(self, request, context):
+        """Changes only the fields given; a topic that does not exist is refused (TOPIC_NOT_EXIST).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -510,7 +523,12 @@ def add_BrokerServicer_to_server(servicer, server):
             'CreateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopic,
                     request_deserializer=orbitmq_dot_v1_dot_broker__pb2.CreateTopicRequest.FromString,
-                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AdminResponse.SerializeToString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.TopicChange.SerializeToString,
+            ),
+            'UpdateTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTopic,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.UpdateTopicRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.TopicChange.SerializeToString,
             ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
@@ -1112,7 +1130,34 @@ class Broker:
             target,
             '/orbitmq.v1.Broker/CreateTopic',
             orbitmq_dot_v1_dot_broker__pb2.CreateTopicRequest.SerializeToString,
-            orbitmq_dot_v1_dot_broker__pb2.AdminResponse.FromString,
+            orbitmq_dot_v1_dot_broker__pb2.TopicChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/UpdateTopic',
+            orbitmq_dot_v1_dot_broker__pb2.UpdateTopicRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.TopicChange.FromString,
             options,
             channel_credentials,
             insecure,
