@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import click
@@ -31,13 +32,14 @@ class Figure:
         return json.dumps(data)
 
 
-def emit(figure: Figure, as_json: bool) -> None:
+def emit(figure: Figure, as_json: bool, echo: Callable[[str], object] = click.echo) -> None:
+    """Print ``figure`` with ``echo`` (a progress display passes its own, to print above it)."""
     if as_json:
-        click.echo(figure.as_json())
+        echo(figure.as_json())
         return
     ratio = "" if figure.ratio is None else f"  ratio {figure.ratio:.2f}"
     baseline = (
         "" if figure.baseline is None else f"  (baseline {figure.baseline:,.1f}: {figure.baseline_name})"
     )
     target = f"  target {figure.target}" if figure.target else ""
-    click.echo(f"{figure.figure:<28} {figure.value:>14,.1f} {figure.unit}{ratio}{baseline}{target}")
+    echo(f"{figure.figure:<28} {figure.value:>14,.1f} {figure.unit}{ratio}{baseline}{target}")

@@ -63,6 +63,7 @@ def bench_store(
     """Storage engine: appends (async, group commit), sequential reads, RSS after open."""
     from orbitmq.bench.figures import emit
     from orbitmq.bench.store import run
+    from orbitmq.cli.progress import wanted
 
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,7 @@ def bench_store(
         sync_messages=sync_messages,
         rss_gib=rss_gib,
         work_dir=work_dir,
-        progress=not as_json,
+        progress=wanted(as_json),
     )
 
 
@@ -86,15 +87,17 @@ def bench_store(
 def bench_send(as_json: bool, messages: int, work_dir: Path | None, replication: bool) -> None:
     """Broker send/pull figures against a bare gRPC echo server (also: orbitmq bench pull)."""
     from orbitmq.bench.figures import emit
+    from orbitmq.cli.progress import activity, wanted
 
-    if replication:
-        from orbitmq.bench.replication import run as run_replication
+    with activity("benchmarking the broker", enabled=wanted(as_json)) as echo:
+        if replication:
+            from orbitmq.bench.replication import run as run_replication
 
-        run_replication(lambda f: emit(f, as_json), messages=messages, work_dir=work_dir)
-        return
-    from orbitmq.bench.broker import run
+            run_replication(lambda f: emit(f, as_json, echo), messages=messages, work_dir=work_dir)
+            return
+        from orbitmq.bench.broker import run
 
-    run(lambda f: emit(f, as_json), messages=messages, work_dir=work_dir)
+        run(lambda f: emit(f, as_json, echo), messages=messages, work_dir=work_dir)
 
 
 bench.add_command(bench_send, "pull")
@@ -109,8 +112,15 @@ def bench_sidecar(as_json: bool, messages: int, max_in_flight: int, work_dir: Pa
     """Deliveries through the consumer sidecar against a direct push consumer."""
     from orbitmq.bench.figures import emit
     from orbitmq.bench.sidecar import run
+    from orbitmq.cli.progress import activity, wanted
 
-    run(lambda f: emit(f, as_json), messages=messages, max_in_flight=max_in_flight, work_dir=work_dir)
+    with activity("benchmarking the sidecar", enabled=wanted(as_json)) as echo:
+        run(
+            lambda f: emit(f, as_json, echo),
+            messages=messages,
+            max_in_flight=max_in_flight,
+            work_dir=work_dir,
+        )
 
 
 @bench.command("e2e")
@@ -137,15 +147,17 @@ def bench_e2e(
     """Producers and push consumers end to end: throughput, latency, consumer memory."""
     from orbitmq.bench.e2e import run
     from orbitmq.bench.figures import emit
+    from orbitmq.cli.progress import activity, wanted
 
-    run(
-        lambda f: emit(f, as_json),
-        messages=messages,
-        backlog=backlog,
-        latency_s=latency_seconds,
-        rss_s=rss_seconds,
-        work_dir=work_dir,
-    )
+    with activity("benchmarking end to end", enabled=wanted(as_json)) as echo:
+        run(
+            lambda f: emit(f, as_json, echo),
+            messages=messages,
+            backlog=backlog,
+            latency_s=latency_seconds,
+            rss_s=rss_seconds,
+            work_dir=work_dir,
+        )
 
 
 def _register_commands() -> None:
