@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -142,7 +143,6 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_busy_port_is_reported_not_hung(tmp_path: Path) -> None:
-    import socket
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -342,3 +342,34 @@ def test_an_unusable_data_dir_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert "/proc/nope" in line and "--data-dir" in line
+
+
+def test_a_leftover_name_server_on_the_port_is_named(tmp_path: Path) -> None:
+    """A name server an older release left running (no run file, no lock) holds the port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    leftover = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orbitmq.cli.main",
+            "namesrv",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            "",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert leftover.stdout is not None and "listening on" in leftover.stdout.readline()
+        result = _run_up(tmp_path / "local", "--namesrv-port", str(port))
+    finally:
+        leftover.terminate()
+        leftover.wait(15)
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert f"port {port}" in line and f"PID {leftover.pid}" in line and f"kill {leftover.pid}" in line

@@ -53,7 +53,7 @@ def test_a_busy_port_is_named(role: str, running_broker: str, tmp_path: Path) ->
     port = running_broker.rsplit(":", 1)[1]
     extra = ["--data-dir", str(tmp_path / "b")] if role == "broker" else []
     line = _fails_in_one_line(role, "--listen", running_broker, "--metrics-listen", "", *extra)
-    assert f"port {port} is already in use" in line and "--listen" in line
+    assert f"port {port} is already in use by PID" in line and "--listen" in line
 
 
 @pytest.mark.parametrize("role", ["broker", "namesrv"])
@@ -109,3 +109,29 @@ def test_a_namesrv_that_is_a_broker_is_named(running_broker: str, tmp_path: Path
 def test_a_segment_too_small_for_the_largest_message_is_a_settings_error(tmp_path: Path) -> None:
     line = _fails_in_one_line("broker", "--segment-bytes", "1048576", "--data-dir", str(tmp_path / "b"))
     assert "segment_bytes (1048576)" in line and "max_message_bytes" in line
+
+
+def test_a_lock_without_a_pid_in_its_file_still_names_the_holder(tmp_path: Path) -> None:
+    """Brokers of older releases left the lock file empty: /proc/locks names the holder."""
+    data = tmp_path / "old"
+    data.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(60)",
+            str(data / "lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        line = _fails_in_one_line(
+            "broker", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", str(data)
+        )
+    finally:
+        holder.kill()
+        holder.wait(5)
+    assert f"PID {holder.pid}" in line

@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
 from orbitmq.common.errors import OrbitError
+from orbitmq.common.procs import command_of, port_listeners
 from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar
 
 log = logging.getLogger(__name__)
@@ -70,14 +71,23 @@ def bind_problem(host: str, port: int) -> str:
             probe.bind(address)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
-            return f"port {port} is already in use by another process"
+            return port_in_use(port)
         return error.strerror or str(error)
     return "the address could not be bound"
 
 
+def port_in_use(port: int) -> str:
+    """The reason for a busy port, naming the process that listens on it when /proc tells."""
+    holders = port_listeners(port)
+    if not holders:
+        return f"port {port} is already in use by another process"
+    command = command_of(holders[0])
+    return f"port {port} is already in use by PID {holders[0]}" + (f" ({command})" if command else "")
+
+
 def listen_error(what: str, address: str, flag: str, reason: str) -> ListenError:
     """One line: what could not listen where, why, and the flag that chooses another address."""
-    stop = "stop whatever holds it or " if "in use" in reason else ""
+    stop = "stop that process or " if "in use" in reason else ""
     return ListenError(
         f"{what} cannot listen on {address}: {reason}; {stop}choose another address with {flag} "
         "(port 0 picks a free one)"
@@ -174,11 +184,7 @@ class GrpcServer:
         try:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as error:
-            reason = (
-                f"port {port} is already in use by another process"
-                if error.errno == errno.EADDRINUSE
-                else error.strerror or str(error)
-            )
+            reason = port_in_use(port) if error.errno == errno.EADDRINUSE else error.strerror or str(error)
             raise listen_error(f"{self.name} metrics", listen, "--metrics-listen", reason) from None
         self._metrics_http = server
         self.metrics_port = server.server_port

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orbitmq.broker.ha import ROLE_FILE, RoleRecord, RoleState
+from orbitmq.common.procs import command_of, port_listeners
 from orbitmq.common.server import StartupError
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import ConfigFileError, JsonConfigStore
@@ -149,15 +150,13 @@ def check_segment_bytes(directory: Path, wanted: int) -> int:
 
 
 def _is_orbitmq(pid: int) -> bool:
-    try:
-        return b"orbitmq" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return "orbitmq" in command_of(pid)
 
 
-def leftovers(data_dir: Path) -> list[tuple[str, int]]:
-    """Processes that still use ``data_dir``: the (name, PID) of an earlier run's supervisor and
-    children that are alive, and of any process holding a broker directory's lock."""
+def leftovers(data_dir: Path, ports: list[int]) -> list[tuple[str, int]]:
+    """Processes in the way of a start: the (name, PID) of an earlier run's supervisor and
+    children that are alive, of any process holding a broker directory's lock, and of orbitmq
+    processes listening on ``ports`` (those of a run older than the run file)."""
     found: dict[int, str] = {}
     try:
         run = json.loads((data_dir / RUN_FILE).read_text())
@@ -170,6 +169,10 @@ def leftovers(data_dir: Path) -> list[tuple[str, int]]:
         holder = lock_holder(directory)
         if holder is not None and holder > 0:
             found.setdefault(holder, f"broker in {directory.name}")
+    for port in ports:
+        for pid in port_listeners(port):
+            if _is_orbitmq(pid):
+                found.setdefault(pid, f"orbitmq on port {port}")
     return [(name, pid) for pid, name in found.items()]
 
 

@@ -178,7 +178,7 @@ class LocalCluster:
                 f"data directory {self.data_dir} cannot be created ({error.strerror}); "
                 "choose a writable one with --data-dir"
             ) from None
-        found = datadir.leftovers(self.data_dir)
+        found = datadir.leftovers(self.data_dir, self._fixed_ports())
         if found:
             named = ", ".join(f"{name} PID {pid}" for name, pid in found)
             raise StartupError(
@@ -192,6 +192,14 @@ class LocalCluster:
         if state.role is not None:  # recorded by a failover: make it this run's kind of master
             datadir.set_role(master, BrokerRole(self.master_role), 0, state.epoch)
         return state.epoch
+
+    def _fixed_ports(self) -> list[int]:
+        """The ports this run will listen on that are known before it starts (0 = any free)."""
+        ports = [self.namesrv_port, self.namesrv_metrics_port]
+        for base in (self.broker_port, self.broker_metrics_port):
+            if base:
+                ports += [base + 10 * index for index in range(self.slaves + 1)]
+        return [port for port in ports if port]
 
     async def start(self) -> None:
         epoch = self.prepare()

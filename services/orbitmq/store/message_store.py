@@ -28,6 +28,7 @@ from typing import Any
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import InvalidNameError, validate_topic_name
+from orbitmq.common.procs import command_of, flock_holders
 from orbitmq.common.topics import SCHEDULE_TOPIC
 from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from orbitmq.store.commitlog import AppendedBatch, CommitLog, RecoveryReport
@@ -93,14 +94,15 @@ def lock_holder(root: Path) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _read_pid(fd) or -1
+        return _read_pid(fd) or next(iter(flock_holders(root / "lock")), -1)
     finally:
         os.close(fd)  # closing drops a lock taken just now
     return None
 
 
 def _read_pid(fd: int) -> int | None:
-    """The PID a lock holder wrote into the lock file (None for an older, empty lock file)."""
+    """The PID a lock holder wrote into the lock file (None for an older, empty lock file:
+    then /proc/locks may still tell)."""
     text = os.pread(fd, 32, 0).decode(errors="replace").strip()
     return int(text) if text.isdigit() else None
 
@@ -108,11 +110,8 @@ def _read_pid(fd: int) -> int | None:
 def _locked_message(root: Path, holder: int | None) -> str:
     if holder is None:
         return f"data directory {root} is in use by another process; stop it or choose another directory"
-    try:
-        command = Path(f"/proc/{holder}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        command = ""
-    shown = f" ({command[:240]})" if command else ""
+    command = command_of(holder)
+    shown = f" ({command})" if command else ""
     return (
         f"data directory {root} is in use by PID {holder}{shown}; one process at a time may use "
         f"a store: stop it (kill {holder}) or choose another directory"
@@ -268,7 +267,7 @@ class MessageStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_pid(fd)
+            holder = _read_pid(fd) or next(iter(flock_holders(self._root / "lock")), None)
             os.close(fd)
             raise StoreLockedError(_locked_message(self._root, holder), holder) from None
         os.ftruncate(fd, 0)
