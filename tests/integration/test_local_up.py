@@ -143,7 +143,6 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_busy_port_is_reported_not_hung(tmp_path: Path) -> None:
-
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

@@ -74,7 +74,8 @@ def up(
     as_json: bool,
 ) -> None:
     """Start a name server and a broker (with --slaves, a master/slave group with failover);
-    stop them cleanly on Ctrl-C or SIGTERM."""
+    stop them cleanly on Ctrl-C, SIGTERM or SIGHUP. If this process is killed, its children
+    get SIGTERM; a start that finds an earlier run's processes names their PIDs."""
     cluster = LocalCluster(
         data_dir=data_dir.expanduser(),
         namesrv_port=namesrv_port,
