@@ -547,8 +547,20 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             offset=self.b.store.max_offset_in_queue(request.topic, request.queue_id)
         )
 
+    def _require_known_group(self, group: str) -> None:
+        """A group this broker has never heard of (no subscription group, no offsets) is a typo
+        more often than not: answering "lag 0" for it would tell a monitoring script all is well."""
+        validate_group_name(group)
+        known = self.b.topics.tables.subscription_groups.contains(group)
+        if not known and not self.b.offsets.topics_of_group(group):
+            raise RpcFailure(
+                ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"consumer group {group!r} does not exist on broker {self.b.settings.broker_name} "
+                "(no subscription group and no offsets); 'orbitmq admin group list' shows the groups",
+            )
+
     async def GetConsumeStats(self, request, context):
-        validate_group_name(request.consumer_group)
+        self._require_known_group(request.consumer_group)
         topics = (
             [request.topic]
             if request.topic
@@ -690,13 +702,18 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
     async def ResetOffset(self, request: broker_pb2.ResetOffsetRequest, context):
         self._master_only("offset resets")
-        validate_group_name(request.consumer_group)
+        self._require_known_group(request.consumer_group)
         config = self.b.topics.require(request.topic)
         target = request.WhichOneof("target")
         if target is None:
             raise RpcFailure(ErrorReason.INVALID_ARGUMENT, "an offset reset needs a timestamp or an offset")
         if target == "offset" and request.offset < 0:
             raise RpcFailure(ErrorReason.INVALID_OFFSET, f"offset {request.offset} must not be negative")
+        if target == "timestamp_ms" and request.timestamp_ms < 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"timestamp {request.timestamp_ms} must be milliseconds since the epoch (0 or more)",
+            )
         offsets = {}
         store = self.b.store
         for queue_id in range(config.read_queue_nums):

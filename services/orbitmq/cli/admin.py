@@ -15,7 +15,7 @@ from typing import Any
 import click
 import grpc
 
-from orbitmq.cli.common import emit_object, emit_rows, json_option, namesrv_option
+from orbitmq.cli.common import emit_object, emit_rows, json_option, namesrv_option, parse_time
 from orbitmq.client.admin import Admin, TopicChangeReport
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import failure_of
@@ -72,18 +72,6 @@ MESSAGE_COLUMNS = [
     "store_time",
     "body",
 ]
-
-
-def parse_time(value: str) -> int:
-    """Milliseconds since the epoch, or an ISO-8601 time."""
-    if value.lstrip("-").isdigit():
-        return int(value)
-    try:
-        return int(datetime.fromisoformat(value).timestamp() * 1000)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} must be milliseconds since the epoch or an ISO-8601 time"
-        ) from None
 
 
 def common(function: Callable[..., Any]) -> Callable[..., Any]:

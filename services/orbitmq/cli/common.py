@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -93,3 +94,16 @@ def human(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(human(v) for v in value) or "-"
     return str(value)
+
+
+def parse_time(value: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (``2026-11-21T10:00:00+00:00``)."""
+    rule = "must be milliseconds since the epoch (0 or more) or an ISO-8601 time such as 2026-11-21T10:00:00"
+    if value.lstrip("+-").isdigit():
+        if int(value) < 0:
+            raise click.BadParameter(f"{value!r} {rule}")
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} {rule}") from None

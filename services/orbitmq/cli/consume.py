@@ -11,12 +11,11 @@ import base64
 import contextlib
 import json
 import signal
-from datetime import datetime
 from typing import Any
 
 import click
 
-from orbitmq.cli.common import human, namesrv_option
+from orbitmq.cli.common import human, namesrv_option, parse_time
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.consumer_types import (
     ConsumeFromWhere,
@@ -53,18 +52,6 @@ def message_record(message: StoredMessage, queue_id: int) -> dict[str, Any]:
         record["body"] = base64.b64encode(message.body).decode()
         record["body_encoding"] = "base64"
     return record
-
-
-def parse_timestamp(value: str) -> int:
-    """Milliseconds since the epoch, or an ISO-8601 time (``2026-11-21T10:00:00+00:00``)."""
-    if value.isdigit():
-        return int(value)
-    try:
-        return int(datetime.fromisoformat(value).timestamp() * 1000)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is neither milliseconds since the epoch nor an ISO-8601 time"
-        ) from None
 
 
 @click.command("consume")
@@ -108,7 +95,7 @@ def consume(
         raise click.UsageError("--timestamp needs --from timestamp")
     if orderly and broadcast:
         raise click.UsageError("--orderly needs clustering: broadcasting has no queue locks")
-    when = parse_timestamp(timestamp) if timestamp else None
+    when = parse_time(timestamp) if timestamp else None
 
     async def run() -> None:
         done = asyncio.Event()

@@ -263,6 +263,8 @@ class Admin:
         return targets
 
     async def delete_group(self, group: str, cluster: str | None = None) -> list[str]:
+        """Delete a subscription group and its offsets from every master; returns the brokers
+        that had it. A group no master knows is refused, so a typo is not reported as done."""
         validate_group_name(group)
         deleted = []
         for broker in await self.masters(cluster):
@@ -271,9 +273,11 @@ class Admin:
                     broker_pb2.DeleteSubscriptionGroupRequest(group_name=group)
                 )
                 deleted.append(broker.address)
-            except Exception as error:
+            except grpc.aio.AioRpcError as error:
                 if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
                     raise
+        if not deleted:
+            raise _unknown_group(group)
         return deleted
 
     async def groups(self, cluster: str | None = None) -> dict[str, broker_pb2.SubscriptionGroupConfig]:
@@ -286,34 +290,58 @@ class Admin:
         return found
 
     async def consume_progress(self, group: str, topic: str | None = None) -> list[broker_pb2.QueueProgress]:
+        """Broker offset, committed offset and lag of every queue ``group`` consumes (of ``topic``).
+        A group unknown to every broker asked is refused rather than shown with no lag."""
         validate_group_name(group)
-        rows: list[broker_pb2.QueueProgress] = []
         if topic:
             targets = [address for _, address in await self._route_masters(topic)]
         else:
             targets = [b.address for b in await self.masters()]
-        for address in targets:
-            stats = await self._channels.broker(address).GetConsumeStats(
-                broker_pb2.GetConsumeStatsRequest(consumer_group=group, topic=topic or "")
-            )
-            rows.extend(stats.queues)
-        return rows
+        request = broker_pb2.GetConsumeStatsRequest(consumer_group=group, topic=topic or "")
+        replies = await self._each_knowing_group(group, targets, lambda b: b.GetConsumeStats(request))
+        return [queue for stats in replies.values() for queue in stats.queues]
 
     async def reset_offset(
         self, group: str, topic: str, *, timestamp_ms: int | None = None, offset: int | None = None
     ) -> dict[str, dict[int, int]]:
+        """Move ``group``'s offsets in ``topic`` to a time or an offset on every broker of the
+        topic; online consumers are told at once. The group must exist (a typo is refused)."""
+        validate_group_name(group)
         if (timestamp_ms is None) == (offset is None):
             raise ValueError("reset needs exactly one of a timestamp or an offset")
-        result = {}
-        for name, address in await self._route_masters(topic):
-            request = broker_pb2.ResetOffsetRequest(consumer_group=group, topic=topic)
-            if timestamp_ms is not None:
-                request.timestamp_ms = timestamp_ms
-            else:
-                request.offset = offset  # type: ignore[assignment]
-            reply = await self._channels.broker(address).ResetOffset(request)
-            result[name] = dict(reply.offsets)
-        return result
+        if timestamp_ms is not None and timestamp_ms < 0:
+            raise ValueError(f"timestamp {timestamp_ms} must be milliseconds since the epoch (0 or more)")
+        if offset is not None and offset < 0:
+            raise ValueError(f"offset {offset} must not be negative")
+        request = broker_pb2.ResetOffsetRequest(consumer_group=group, topic=topic)
+        if timestamp_ms is not None:
+            request.timestamp_ms = timestamp_ms
+        else:
+            request.offset = offset  # type: ignore[assignment]
+        masters = await self._route_masters(topic)
+        replies = await self._each_knowing_group(
+            group, [address for _, address in masters], lambda b: b.ResetOffset(request)
+        )
+        names = {address: name for name, address in masters}
+        return {names[address]: dict(reply.offsets) for address, reply in replies.items()}
+
+    async def _each_knowing_group(
+        self,
+        group: str,
+        addresses: list[str],
+        call: Callable[[broker_pb2_grpc.BrokerStub], Awaitable[T]],
+    ) -> dict[str, T]:
+        """``call`` on each broker, skipping those that do not know ``group``; refused when none does."""
+        replies: dict[str, T] = {}
+        for address in addresses:
+            try:
+                replies[address] = await call(self._channels.broker(address))
+            except grpc.aio.AioRpcError as error:
+                if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
+                    raise
+        if not replies:
+            raise _unknown_group(group)
+        return replies
 
     # -- brokers and messages ------------------------------------------------------------------
 
@@ -480,6 +508,13 @@ def _same_host(address: str, host: str) -> bool:
         return encode_host(address) == encode_host(host)
     except ValueError:
         return address == host
+
+
+def _unknown_group(group: str) -> RpcFailure:
+    return RpcFailure(
+        ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST,
+        f"consumer group {group!r} does not exist on any broker; 'orbitmq admin group list' shows the groups",
+    )
 
 
 def _is_reason(error: Exception, reason: int) -> bool:

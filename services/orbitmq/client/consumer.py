@@ -44,6 +44,9 @@ from orbitmq.v1.broker_pb2 import PullStatus
 
 log = logging.getLogger(__name__)
 
+MISSING_TOPIC_WARN_MS = 30_000
+"""How often a subscribed topic that does not exist is logged again."""
+
 
 class PushConsumer:
     def __init__(
@@ -81,6 +84,8 @@ class PushConsumer:
         self._subscriptions: dict[str, common_pb2.Subscription] = {}
         self._tag_filters: dict[str, TagFilter] = {}
         self._routes: dict[str, ReadRoute] = {}
+        self._missing_topics: dict[str, int] = {}
+        """Subscribed topics without a route -> when that was last logged (ms)."""
         self._read_from_slave: set[MessageQueue] = set()
         """Queues whose master advised reading from a slave (it is far behind)."""
         self._unreachable_until: dict[str, float] = {}
@@ -232,9 +237,31 @@ class PushConsumer:
                 log.warning("route of %s: %s", topic, error.details())
                 continue
             if route is not None:
+                if self._missing_topics.pop(topic, None) is not None:
+                    log.info("consumer %s: topic %s now has a route", self.group, topic)
                 self._routes[topic] = route
+            elif not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                self._warn_missing(topic)
         for address in self._broker_addresses():
             self._sessions.ensure(address)
+
+    def _warn_missing(self, topic: str) -> None:
+        """A subscribed topic no name server knows: say so at once and every half minute while
+        it lasts (the consumer keeps looking, as RocketMQ's does: the topic may be created
+        later), so a typo in a topic name does not look like an idle topic."""
+        now = self.clock.now_ms()
+        last = self._missing_topics.get(topic)
+        if last is not None and now - last < MISSING_TOPIC_WARN_MS:
+            return
+        self._missing_topics[topic] = now
+        log.warning(
+            "consumer %s: topic %r does not exist (no name server has a route for it); still "
+            "looking every %d ms. Check the name, or create it: orbitmq admin topic create --topic %s",
+            self.group,
+            topic,
+            min(1_000, self.settings.route_refresh_ms),
+            topic,
+        )
 
     def _broker_addresses(self) -> set[str]:
         return {address for route in self._routes.values() for address in route.masters.values()}

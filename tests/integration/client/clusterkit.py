@@ -4,6 +4,8 @@ thread-safe collector of what consumers' listeners received."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -76,6 +78,22 @@ async def start_cluster(root: Path, brokers: tuple[str, ...] = ("broker-a",), **
     for name in brokers:
         await cluster.start_broker(name, **overrides)
     return cluster
+
+
+async def run_cli(cluster: Cluster, *args: str) -> tuple[int, str, str]:
+    """Run ``orbitmq ARGS`` as a user would, against ``cluster``: (exit status, stdout, stderr)."""
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "orbitmq.cli.main", *args],
+            env={**os.environ, "ORBITMQ_NAMESRV": cluster.address, "HOME": str(cluster.root)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = await asyncio.to_thread(run)
+    return done.returncode, done.stdout, done.stderr
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -4,16 +4,12 @@ messages that are not consumed yet."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from clusterkit import Cluster, start_cluster
+from clusterkit import Cluster, run_cli, start_cluster
 
 from orbitmq.client.admin import Admin
 from orbitmq.client.message import Message
@@ -27,20 +23,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     running = await start_cluster(tmp_path)
     yield running
     await running.close()
-
-
-async def orbitmq(cluster: Cluster, *args: str) -> tuple[int, str, str]:
-    def run() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "orbitmq.cli.main", *args],
-            env={**os.environ, "ORBITMQ_NAMESRV": cluster.address, "HOME": str(cluster.root)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    done = await asyncio.to_thread(run)
-    return done.returncode, done.stdout, done.stderr
 
 
 async def queue_counts(cluster: Cluster, topic: str) -> tuple[int, int, int]:
@@ -57,35 +39,35 @@ async def produce(cluster: Cluster, topic: str, count: int) -> None:
 
 
 async def test_create_update_and_the_messages_stay_visible(cluster: Cluster) -> None:
-    code, out, err = await orbitmq(
+    code, out, err = await run_cli(
         cluster, "admin", "topic", "create", "--topic", "Orders", "--read-queues", "8", "--write-queues", "8"
     )
     assert code == 0, err
     await produce(cluster, "Orders", 120)
 
     # create again without queue counts: the topic is reported, not cut to the default 4
-    code, out, err = await orbitmq(cluster, "admin", "topic", "create", "--topic", "Orders", "--json")
+    code, out, err = await run_cli(cluster, "admin", "topic", "create", "--topic", "Orders", "--json")
     assert code == 0, err
     (report,) = json.loads(out)
     assert report["outcome"] == "exists_different" and report["after"]["read_queues"] == 8
     assert await queue_counts(cluster, "Orders") == (8, 8, 6)
 
     # create asking for something else: nothing changes, and the exit status says so
-    code, out, err = await orbitmq(
+    code, out, err = await run_cli(
         cluster, "admin", "topic", "create", "--topic", "Orders", "--read-queues", "4", "--write-queues", "4"
     )
     assert code == 1 and "already exists" in err and "left unchanged" in err, err
     assert await queue_counts(cluster, "Orders") == (8, 8, 6)
 
     # update touches only the field given
-    code, out, err = await orbitmq(cluster, "admin", "topic", "update", "--topic", "Orders", "--perm", "4")
+    code, out, err = await run_cli(cluster, "admin", "topic", "update", "--topic", "Orders", "--perm", "4")
     assert code == 0, err
     assert await queue_counts(cluster, "Orders") == (8, 8, 4)
-    code, out, err = await orbitmq(cluster, "admin", "topic", "update", "--topic", "Orders", "--perm", "6")
+    code, out, err = await run_cli(cluster, "admin", "topic", "update", "--topic", "Orders", "--perm", "6")
     assert code == 0, err
 
     # cutting the read queues under unconsumed messages is refused, naming queues and counts
-    code, out, err = await orbitmq(
+    code, out, err = await run_cli(
         cluster, "admin", "topic", "update", "--topic", "Orders", "--read-queues", "4", "--write-queues", "4"
     )
     assert code == 1, err
@@ -93,7 +75,7 @@ async def test_create_update_and_the_messages_stay_visible(cluster: Cluster) -> 
     assert len(err.strip().splitlines()) == 1, err
     assert await queue_counts(cluster, "Orders") == (8, 8, 6)
 
-    code, out, err = await orbitmq(
+    code, out, err = await run_cli(
         cluster,
         "consume",
         "--group",
@@ -113,17 +95,17 @@ async def test_create_update_and_the_messages_stay_visible(cluster: Cluster) -> 
 
     # consumed: RocketMQ's way down (write queues first, then read queues) goes through
     for option in ("--write-queues", "--read-queues"):
-        code, out, err = await orbitmq(cluster, "admin", "topic", "update", "--topic", "Orders", option, "4")
+        code, out, err = await run_cli(cluster, "admin", "topic", "update", "--topic", "Orders", option, "4")
         assert code == 0, err
     assert await queue_counts(cluster, "Orders") == (4, 4, 6)
 
 
 async def test_update_of_a_missing_topic_creates_nothing(cluster: Cluster) -> None:
-    code, _out, err = await orbitmq(cluster, "admin", "topic", "update", "--topic", "Ghost", "--perm", "6")
+    code, _out, err = await run_cli(cluster, "admin", "topic", "update", "--topic", "Ghost", "--perm", "6")
     assert code == 1 and "'Ghost' does not exist" in err, err
     async with Admin(cluster.address) as admin:
         assert "Ghost" not in await admin.topic_list()
-    code, _, err = await orbitmq(cluster, "admin", "topic", "delete", "--topic", "Ghost")
+    code, _, err = await run_cli(cluster, "admin", "topic", "delete", "--topic", "Ghost")
     assert code == 1 and "does not exist" in err, err
 
 
@@ -132,14 +114,14 @@ async def test_force_allows_hiding_messages(cluster: Cluster) -> None:
         await admin.create_topic("Forced", read_queue_nums=2, write_queue_nums=2)
     await produce(cluster, "Forced", 4)
     args = ("admin", "topic", "update", "--topic", "Forced", "--read-queues", "1", "--write-queues", "1")
-    code, _out, err = await orbitmq(cluster, *args)
+    code, _out, err = await run_cli(cluster, *args)
     assert code == 1 and "no group has consumed it" in err, err
-    code, _, err = await orbitmq(cluster, *args, "--force")
+    code, _, err = await run_cli(cluster, *args, "--force")
     assert code == 0, err
     assert await queue_counts(cluster, "Forced") == (1, 1, 6)
 
 
 @pytest.mark.parametrize("name", ["TBW102", "%DLQ%Billing", "SCHEDULE_TOPIC_XXXX", "DefaultCluster"])
 async def test_reserved_names_cannot_be_created(cluster: Cluster, name: str) -> None:
-    code, _, err = await orbitmq(cluster, "admin", "topic", "create", "--topic", name)
+    code, _, err = await run_cli(cluster, "admin", "topic", "create", "--topic", name)
     assert code == 1 and "reserved" in err and name in err, err
