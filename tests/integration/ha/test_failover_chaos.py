@@ -57,7 +57,7 @@ async def pid_of(address: str) -> int:
         info = await broker_pb2_grpc.BrokerStub(channel).GetRuntimeInfo(
             broker_pb2.GetRuntimeInfoRequest(), timeout=2
         )
-    return int(info.entries["pid"])
+    return int(info.pid)
 
 
 async def healthy_pair(addresses: list[str]) -> tuple[str, str]:
@@ -184,6 +184,7 @@ async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path
             f"{', '.join(f'{s:.2f}' for s in failover_s)} s (max {max(failover_s):.2f})"
         )
         assert len(failover_s) == ROUNDS
+        assert failures == 0, f"{failures} sends failed: a send rides out a failover"
     finally:
         supervisor.send_signal(signal.SIGTERM)
         try:
