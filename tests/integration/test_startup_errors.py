@@ -48,10 +48,17 @@ def _fails_in_one_line(*args: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("role", ["broker", "namesrv"])
+ROLE_ARGS = {
+    "broker": lambda tmp_path: ["--data-dir", str(tmp_path / "b")],
+    "namesrv": lambda tmp_path: [],
+    "sidecar": lambda tmp_path: ["--group", "G", "--subscribe", "T", "--namesrv", "127.0.0.1:1"],
+}
+
+
+@pytest.mark.parametrize("role", ["broker", "namesrv", "sidecar"])
 def test_a_busy_port_is_named(role: str, running_broker: str, tmp_path: Path) -> None:
     port = running_broker.rsplit(":", 1)[1]
-    extra = ["--data-dir", str(tmp_path / "b")] if role == "broker" else []
+    extra = ROLE_ARGS[role](tmp_path)
     line = _fails_in_one_line(role, "--listen", running_broker, "--metrics-listen", "", *extra)
     assert f"port {port} is already in use by PID" in line and "--listen" in line
 
@@ -135,3 +142,16 @@ def test_a_lock_without_a_pid_in_its_file_still_names_the_holder(tmp_path: Path)
         holder.kill()
         holder.wait(5)
     assert f"PID {holder.pid}" in line
+
+
+def test_an_existing_store_with_another_segment_size_is_named(tmp_path: Path) -> None:
+    data = tmp_path / "b"
+    segment = data / "commitlog" / f"{0:020d}"
+    segment.parent.mkdir(parents=True)
+    with segment.open("wb") as file:  # a store made with 8 MiB segments
+        file.truncate(8 * 1024 * 1024)
+    line = _fails_in_one_line(
+        "broker", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", str(data),
+        "--segment-bytes", str(16 * 1024 * 1024),
+    )  # fmt: skip
+    assert "8388608-byte segments" in line and "--segment-bytes 8388608" in line and str(data) in line

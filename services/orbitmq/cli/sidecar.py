@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from orbitmq.cli.common import NAMESRV_ENV, settings_or_exit
+from orbitmq.cli.serve import serve
 
 
 @click.command("sidecar")
@@ -58,4 +59,4 @@ def sidecar_command(config_file: Path | None, **flags: object) -> None:
     else:
         flags["subscriptions"] = list(flags["subscriptions"])  # type: ignore[call-overload]
     settings = settings_or_exit(SidecarSettings, config_file, ENV_PREFIX, flags)
-    run_on_fast_loop(run(settings))
+    serve(f"sidecar of {settings.group}", run(settings), run_on_fast_loop)

@@ -36,7 +36,7 @@ from orbitmq.store.config import BrokerRole, StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueue, Unit
 from orbitmq.store.dispatcher import Dispatcher
 from orbitmq.store.index_file import IndexService
-from orbitmq.store.mapped_file import FsyncFn, fsync_directory
+from orbitmq.store.mapped_file import FsyncFn, fsync_directory, list_offset_files
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.message_id import decode_offset_msg_id
 from orbitmq.store.pull_read import PullRead
@@ -199,9 +199,25 @@ class MessageStore:
         )
         return report
 
+    def _check_segment_size(self) -> None:
+        """Segments are named by offset and sized alike, so an existing commit log keeps the
+        segment size it was created with: a different setting is a user's mistake, said once."""
+        files = list_offset_files(self.commitlog.directory)
+        if not files:
+            return
+        found = files[0][1].stat().st_size
+        wanted = self.commitlog.segment_bytes
+        if found != wanted:
+            raise StoreError(
+                f"the commit log in {self.commitlog.directory} has {found}-byte segments but the "
+                f"segment size is set to {wanted}: an existing store keeps its segment size; set "
+                f"segment_bytes to {found} (--segment-bytes {found}) or use a new data directory"
+            )
+
     def _recover(self) -> OpenReport:
         clean = not self._abort_path.exists()
         checkpoint = read_checkpoint(self._checkpoint_path)
+        self._check_segment_size()
         self.commitlog.load()
         self._load_consume_queues()
         index_from = self.index.load(
