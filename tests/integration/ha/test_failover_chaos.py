@@ -4,12 +4,9 @@ SYNC_MASTER and a clustering consumer consumes. Every acknowledged message must 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,97 +15,20 @@ import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
+sys.path.insert(0, str(Path(__file__).parent))
 from clusterkit import FAST, Collector, eventually
+from hakit import healthy_pair, local_group, pid_of
 
 from orbitmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsumer, SendStatus
 from orbitmq.common.errors import OrbitError
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(300)
 ROUNDS = 5
 
 
-def free_base_port() -> int:
-    """A port P with P, P+1, P+10 and P+11 free (master and slave, gRPC and metrics)."""
-    for _ in range(100):
-        base = random.randrange(20_000, 40_000)
-        try:
-            for port in (base, base + 1, base + 10, base + 11):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free ports")
-
-
-async def ha_state(address: str) -> broker_pb2.HaState | None:
-    try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            return await broker_pb2_grpc.BrokerStub(channel).GetHaState(
-                broker_pb2.GetHaStateRequest(), timeout=1
-            )
-    except grpc.aio.AioRpcError:
-        return None
-
-
-async def pid_of(address: str) -> int:
-    async with grpc.aio.insecure_channel(address) as channel:
-        info = await broker_pb2_grpc.BrokerStub(channel).GetRuntimeInfo(
-            broker_pb2.GetRuntimeInfoRequest(), timeout=2
-        )
-    return int(info.pid)
-
-
-async def healthy_pair(addresses: list[str]) -> tuple[str, str]:
-    """Wait until one broker is master with the other replicating, caught up; (master, slave)."""
-
-    async def check() -> tuple[str, str] | None:
-        states = {a: await ha_state(a) for a in addresses}
-        masters = [a for a, s in states.items() if s is not None and s.role != "SLAVE"]
-        slaves = [a for a, s in states.items() if s is not None and s.role == "SLAVE"]
-        if len(masters) == 1 and len(slaves) == 1:
-            master = states[masters[0]]
-            assert master is not None
-            if master.slaves and master.slaves[0].lag_bytes == 0:
-                return masters[0], slaves[0]
-        return None
-
-    return await eventually(check, 60, lambda: "a caught-up master/slave pair")
-
-
 async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path) -> None:
-    base = free_base_port()
-    supervisor = subprocess.Popen(  # noqa: ASYNC220 - started once; its output is read in a thread
-        [
-            sys.executable,
-            "-m",
-            "orbitmq.cli.main",
-            "local",
-            "up",
-            "--slaves",
-            "1",
-            "--json",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--namesrv-port",
-            "0",
-            "--namesrv-metrics-port",
-            "0",
-            "--broker-port",
-            str(base),
-            "--broker-metrics-port",
-            str(base + 1),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert supervisor.stdout is not None
-        report = json.loads(await asyncio.to_thread(supervisor.stdout.readline))
-        namesrv = report["namesrv"]
-        addresses = [f"127.0.0.1:{base}", f"127.0.0.1:{base + 10}"]
+    async with local_group(tmp_path / "data") as group:
+        namesrv, addresses = group.namesrv, group.addresses
         async with Admin(namesrv) as admin:
             await admin.create_topic("Chaos", read_queue_nums=4, write_queue_nums=4)
         await healthy_pair(addresses)
@@ -185,9 +105,3 @@ async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path
         )
         assert len(failover_s) == ROUNDS
         assert failures == 0, f"{failures} sends failed: a send rides out a failover"
-    finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.to_thread(supervisor.wait, 30)
-        except subprocess.TimeoutExpired:
-            supervisor.kill()

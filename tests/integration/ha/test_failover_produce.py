@@ -18,16 +18,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
 sys.path.insert(0, str(Path(__file__).parent))
 from clusterkit import FAST, Collector, eventually
-from test_failover_chaos import free_base_port, healthy_pair
+from hakit import LocalGroup, healthy_pair, local_group, pid_of
 
 from orbitmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsumer
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 TOPIC = "FailoverCli"
@@ -38,59 +36,10 @@ LIBRARY_SENDERS = 4
 """Concurrent library senders beside the command (their failed sends share route refreshes)."""
 
 
-async def pid_of(address: str) -> int:
-    async with grpc.aio.insecure_channel(address) as channel:
-        info = await broker_pb2_grpc.BrokerStub(channel).GetRuntimeInfo(
-            broker_pb2.GetRuntimeInfoRequest(), timeout=2
-        )
-    return int(info.pid)
-
-
-@dataclass
-class LocalGroup:
-    namesrv: str
-    addresses: list[str]
-
-
 @pytest.fixture
 async def group(tmp_path: Path) -> AsyncIterator[LocalGroup]:
-    base = free_base_port()
-    supervisor = subprocess.Popen(  # noqa: ASYNC220 - started once; its first line read in a thread
-        [
-            sys.executable,
-            "-m",
-            "orbitmq.cli.main",
-            "local",
-            "up",
-            "--slaves",
-            "1",
-            "--json",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--namesrv-port",
-            "0",
-            "--namesrv-metrics-port",
-            "0",
-            "--broker-port",
-            str(base),
-            "--broker-metrics-port",
-            str(base + 1),
-        ],
-        env={**os.environ, "ORBITMQ_BROKER_SEGMENT_BYTES": str(8 * 1024 * 1024)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert supervisor.stdout is not None
-        report = json.loads(await asyncio.to_thread(supervisor.stdout.readline))
-        yield LocalGroup(report["namesrv"], [f"127.0.0.1:{base}", f"127.0.0.1:{base + 10}"])
-    finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.to_thread(supervisor.wait, 30)
-        except subprocess.TimeoutExpired:
-            supervisor.kill()
+    async with local_group(tmp_path / "data") as running:
+        yield running
 
 
 @dataclass
