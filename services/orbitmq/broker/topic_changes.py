@@ -151,7 +151,7 @@ def _checked_update(
                 f"cutting the read queues of topic {after.topic_name!r} from {existing.read_queue_nums} "
                 f"to {after.read_queue_nums} would hide {total} unconsumed message(s) ("
                 + "; ".join(q.describe() for q in hidden)
-                + "): cut the write queues first and let consumers drain those queues, or force it",
+                + "): cut the write queues first and let consumers drain those queues, or force it (--force)",
                 topic=after.topic_name,
             )
     return TopicChangePlan(TopicChangeOutcome.TOPIC_UPDATED, existing, after)
@@ -164,7 +164,7 @@ def _check_readable(config: TopicConfig, force: bool) -> None:
             f"topic {config.topic_name!r} would have {config.read_queue_nums} read queue(s) but "
             f"{config.write_queue_nums} write queues: messages sent to queues "
             f"{config.read_queue_nums}..{config.write_queue_nums - 1} would never be read; "
-            "give at least as many read queues as write queues, or force it",
+            "give at least as many read queues as write queues, or force it (--force)",
             topic=config.topic_name,
         )
 

@@ -121,7 +121,15 @@ def _topic_options(function: Callable[..., Any]) -> Callable[..., Any]:
 _TOPIC_COLUMNS = ["broker", "address", "outcome", "read_queues", "write_queues", "perm", "order"]
 
 
-def _change_rows(reports: list[TopicChangeReport]) -> list[dict[str, Any]]:
+def _outcome(report: TopicChangeReport, asked: dict[str, Any] | None) -> str:
+    """The outcome as the user sees it: an existing topic that differs only from the defaults
+    (no option given asked otherwise) simply "exists"."""
+    if asked is not None and report.outcome == "exists_different" and not _differs_from_asked(report, asked):
+        return "exists"
+    return report.outcome
+
+
+def _change_rows(reports: list[TopicChangeReport], asked: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One row per broker: the topic as it is now, and what the call did to it."""
 
     def shown(name: str, report: TopicChangeReport) -> Any:
@@ -134,7 +142,7 @@ def _change_rows(reports: list[TopicChangeReport]) -> list[dict[str, Any]]:
         {
             "broker": r.change.broker_name,
             "address": r.address,
-            "outcome": r.outcome,
+            "outcome": _outcome(r, asked),
             **{
                 column: shown(field, r)
                 for column, field in (
@@ -149,7 +157,9 @@ def _change_rows(reports: list[TopicChangeReport]) -> list[dict[str, Any]]:
     ]
 
 
-def _emit_changes(topic: str, reports: list[TopicChangeReport], as_json: bool) -> None:
+def _emit_changes(
+    topic: str, reports: list[TopicChangeReport], as_json: bool, asked: dict[str, Any] | None = None
+) -> None:
     if as_json:
         click.echo(
             json.dumps(
@@ -158,7 +168,7 @@ def _emit_changes(topic: str, reports: list[TopicChangeReport], as_json: bool) -
                         "topic": topic,
                         "broker": r.change.broker_name,
                         "address": r.address,
-                        "outcome": r.outcome,
+                        "outcome": _outcome(r, asked),
                         "before": _topic_json(r.change.before) if r.change.HasField("before") else None,
                         "after": _topic_json(r.change.after),
                     }
@@ -167,7 +177,7 @@ def _emit_changes(topic: str, reports: list[TopicChangeReport], as_json: bool) -
             )
         )
         return
-    emit_rows(_change_rows(reports), _TOPIC_COLUMNS, False, f"topic {topic}")
+    emit_rows(_change_rows(reports, asked), _TOPIC_COLUMNS, False, f"topic {topic}")
 
 
 def _topic_json(config: Any) -> dict[str, Any]:
@@ -215,7 +225,7 @@ def topic_create(
         ),
         namesrv,
     )
-    _emit_changes(topic, reports, as_json)
+    _emit_changes(topic, reports, as_json, asked)
     differing = [r for r in reports if _differs_from_asked(r, asked)]
     if differing:
         where = ", ".join(r.change.broker_name for r in differing)
