@@ -349,7 +349,11 @@ class PushConsumer:
                 mine = list(queues)
             else:
                 clients = await self._consumer_ids(masters)
-                mine = self._allocate.allocate(self.group, self.client_id, queues, clients) if clients else []
+                if clients is None:  # keep the queues, their offsets and pulls (from a slave)
+                    kept = sum(1 for mq in self._process_queues if mq.topic == topic)
+                    self.metrics.rebalanced(topic, "no_client_list", kept)
+                    continue
+                mine = self._allocate.allocate(self.group, self.client_id, queues, clients)
             await self._apply(topic, set(mine))
             self.metrics.rebalanced(topic, "ok", len(mine))
         if self.orderly:
@@ -358,16 +362,34 @@ class PushConsumer:
             time.perf_counter() - started
         )
 
-    async def _consumer_ids(self, masters: dict[str, str]) -> list[str]:
+    async def _consumer_ids(self, masters: dict[str, str]) -> list[str] | None:
+        """The group's client ids from the first master that lists this client; None when no
+        master answered or none knows this client yet (a new master before our heartbeat).
+
+        "Unknown" is not "nobody": allocating from an empty list would drop every queue and
+        forget its in-memory offset, so after a failover the queues would restart from the new
+        master's copy of the offsets, up to a config-copy interval old or missing (then from
+        the consume-from rule, e.g. the first offset). RocketMQ likewise skips a rebalance whose
+        client list it could not get.
+        """
         for address in masters.values():
             try:
                 reply = await self._channels.broker(address).GetConsumerList(
                     broker_pb2.GetConsumerListRequest(consumer_group=self.group), timeout=3
                 )
-                return list(reply.client_ids)
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as error:
+                log.info("client list of %s from %s failed: %s", self.group, address, error.code().name)
                 continue
-        return []
+            if self.client_id in reply.client_ids:
+                return list(reply.client_ids)
+            log.info("%s does not list %s in %s yet", address, self.client_id, self.group)
+        log.warning(
+            "consumer %s: no master lists the group's clients with this one in (%s); keeping the "
+            "current queues until the next rebalance",
+            self.group,
+            ", ".join(masters.values()) or "no master",
+        )
+        return None
 
     async def _apply(self, topic: str, mine: set[MessageQueue]) -> None:
         current = {mq for mq in self._process_queues if mq.topic == topic}

@@ -24,6 +24,10 @@ from orbitmq.common.errors import OrbitError
 
 pytestmark = pytest.mark.timeout(300)
 ROUNDS = 5
+REPLICA_CONFIG_INTERVAL_S = 3.0
+"""The brokers' default ``replica_config_interval_ms``: how stale a promoted slave's copy of the
+group's offsets may be. A consumer that kept its queues re-delivers at most what was in flight;
+one that restarted a queue from the new master's copy re-delivers up to this much."""
 
 
 async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path) -> None:
@@ -70,6 +74,7 @@ async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path
         consumer.subscribe("Chaos")
         await consumer.start()
         producer_task = asyncio.create_task(produce())
+        producing_since = time.monotonic()
         failover_s: list[float] = []
         for round_no in range(ROUNDS):
             master, _ = await healthy_pair(addresses)
@@ -89,6 +94,7 @@ async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path
         await healthy_pair(addresses)
         sending = False
         await producer_task
+        producing_s = time.monotonic() - producing_since
         expected = {body for body, _ in acked}
         await eventually(
             lambda: expected <= set(collector.bodies()),
@@ -98,10 +104,31 @@ async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path
         await consumer.close()
         consumed = collector.bodies()
         duplicates = len(consumed) - len(set(consumed))
+        # At-least-once allows re-delivery of what a promoted slave's offsets had not caught up
+        # with: per failover, at most one config-copy interval of the sending rate.
+        allowance = int(ROUNDS * len(stored_at) / producing_s * REPLICA_CONFIG_INTERVAL_S)
         print(
             f"chaos: {ROUNDS} SIGKILL rounds, {len(expected)} acknowledged, all consumed, "
-            f"{duplicates} duplicates, {failures} failed sends; kill->writes "
-            f"{', '.join(f'{s:.2f}' for s in failover_s)} s (max {max(failover_s):.2f})"
+            f"{duplicates} duplicates (allowed {allowance}: {REPLICA_CONFIG_INTERVAL_S:.0f} s of "
+            f"sends per failover; re-delivered {_redelivered(collector)}), {failures} failed sends; "
+            f"kill->writes {', '.join(f'{s:.2f}' for s in failover_s)} s (max {max(failover_s):.2f})"
         )
         assert len(failover_s) == ROUNDS
         assert failures == 0, f"{failures} sends failed: a send rides out a failover"
+        assert duplicates <= allowance, (
+            f"{duplicates} duplicates, more than {allowance}: queues restarted from stale or "
+            f"missing offsets ({_redelivered(collector)})"
+        )
+
+
+def _redelivered(collector: Collector) -> str:
+    """Queue offsets delivered more than once, as ``queue:first-last(count)`` spans."""
+    seen: set[tuple[int, int]] = set()
+    again: dict[int, list[int]] = {}
+    for delivery in collector.deliveries:
+        key = (delivery.message.queue_id, delivery.message.queue_offset)
+        if key in seen:
+            again.setdefault(key[0], []).append(key[1])
+        seen.add(key)
+    spans = [f"{q}:{min(o)}-{max(o)}({len(o)})" for q, o in sorted(again.items())]
+    return ", ".join(spans) or "none"
