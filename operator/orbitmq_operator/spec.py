@@ -1,0 +1,272 @@
+"""The custom resources' specs and statuses: the one source of the CRDs and of the operator's
+typed view of what a user applied.
+
+Each model is pydantic (the operator parses a resource's ``spec`` with it) and carries the
+OpenAPI details the API server enforces (defaults, enums, ranges, patterns) through ordinary
+``Field`` constraints, plus CEL rules (``x-kubernetes-validations``) for what a schema cannot
+say: immutable fields, fields that must agree, storage that must not shrink.
+:mod:`orbitmq_operator.crds` turns the models into CustomResourceDefinitions, so the API server
+refuses a bad resource with the field and the rule before the operator ever sees it.
+
+Field names are camelCase on the wire, as Kubernetes users expect, and snake_case in Python.
+Units are in the names (``detectionWindowMs``), as everywhere in orbitmq.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from orbitmq.common.names import GROUP_NAME_MAX_LENGTH, NAME_RULE, TOPIC_NAME_MAX_LENGTH
+
+GROUP = "orbitmq.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+"""A Kubernetes resource quantity as users write it (``500m``, ``2Gi``)."""
+K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""An RFC 1123 label: what a cluster's name must be, since its objects' names derive from it."""
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry: a CEL rule and the message a user reads."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def immutable(what: str) -> dict[str, str]:
+    return cel("self == oldSelf", f"{what} cannot be changed once set")
+
+
+class _Spec(BaseModel):
+    """camelCase aliases, unknown fields refused (the API server prunes them anyway)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Resources(_Spec):
+    """Container resources (``requests``/``limits`` of ``cpu``, ``memory``), as in a pod spec."""
+
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class FlushMode(StrEnum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class ReplicationMode(StrEnum):
+    SYNC_MASTER = "SYNC_MASTER"
+    """A send is acknowledged once a slave holds it: no acknowledged message lost on failover."""
+    ASYNC_MASTER = "ASYNC_MASTER"
+
+
+class RetentionPolicy(StrEnum):
+    RETAIN = "Retain"
+    """Brokers' volumes outlive the cluster resource: deleting it never deletes messages."""
+    DELETE = "Delete"
+
+
+class ImagePullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class NameServersSpec(_Spec):
+    replicas: int = Field(
+        default=2, ge=1, le=9, description="Name server pods (they never talk to each other)."
+    )
+    resources: Resources = Field(default_factory=Resources)
+
+
+class StorageSpec(_Spec):
+    size: str = Field(
+        default="10Gi",
+        pattern=QUANTITY_PATTERN,
+        description="Volume of each broker (commit log, consume queues, index); may grow, never shrink.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("quantity(self).compareTo(quantity(oldSelf)) >= 0", "storage size cannot shrink")
+            ]
+        },
+    )
+    storage_class_name: str | None = Field(
+        default=None,
+        description="StorageClass of the brokers' volumes (default: the cluster's default class).",
+        json_schema_extra={"x-kubernetes-validations": [immutable("storageClassName")]},
+    )
+    retention: RetentionPolicy = Field(
+        default=RetentionPolicy.RETAIN,
+        description="What happens to the brokers' volumes when the cluster resource is deleted.",
+    )
+
+
+class BrokersSpec(_Spec):
+    groups: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Broker groups (a master and its slaves each); scaling down drains a group first.",
+    )
+    slaves_per_group: int = Field(default=1, ge=0, le=3, description="Slaves of each master.")
+    flush_mode: FlushMode = Field(default=FlushMode.ASYNC_FLUSH, description="When a send is acknowledged.")
+    replication_mode: ReplicationMode = Field(
+        default=ReplicationMode.SYNC_MASTER, description="SYNC_MASTER waits for a slave to hold a send."
+    )
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    resources: Resources = Field(default_factory=Resources)
+    segment_mib: int = Field(
+        default=1024,
+        ge=5,
+        le=16384,
+        description="Commit-log segment size in MiB (fixed for an existing broker's data).",
+        json_schema_extra={"x-kubernetes-validations": [immutable("segmentMib")]},
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further broker settings by their snake_case name (see orbitmq broker --help); "
+        "checked by the operator, which reports a bad one in the Ready condition.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.replicationMode != 'SYNC_MASTER' || self.slavesPerGroup >= 1",
+                    "replicationMode SYNC_MASTER needs slavesPerGroup >= 1 (a send waits for a slave)",
+                )
+            ]
+        }
+    )
+
+
+class FailoverSpec(_Spec):
+    enabled: bool = Field(default=True, description="Promote an in-sync slave when a master dies.")
+    detection_window_ms: int = Field(
+        default=3_000,
+        ge=1_000,
+        le=600_000,
+        description="How long a master must be unreachable before a slave is promoted.",
+    )
+
+
+class MetricsSpec(_Spec):
+    port: int = Field(default=9100, ge=1024, le=65535, description="Prometheus /metrics port of every pod.")
+
+
+class ClusterSpec(_Spec):
+    """``OrbitMQCluster``: name servers and broker groups, reconciled into StatefulSets."""
+
+    image: str = Field(min_length=1, description="Image holding the orbitmq services.")
+    image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
+    name_servers: NameServersSpec = Field(default_factory=NameServersSpec)
+    brokers: BrokersSpec = Field(default_factory=BrokersSpec)
+    failover: FailoverSpec = Field(default_factory=FailoverSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+
+
+class TopicSpec(_Spec):
+    """``OrbitMQTopic``: a topic on every master of a cluster (and on groups added later)."""
+
+    cluster: str = Field(
+        pattern=K8S_NAME_PATTERN,
+        max_length=63,
+        description="The OrbitMQCluster (same namespace) that serves this topic.",
+        json_schema_extra={"x-kubernetes-validations": [immutable("cluster")]},
+    )
+    topic_name: str = Field(
+        pattern=NAME_RULE,
+        max_length=TOPIC_NAME_MAX_LENGTH,
+        description="The topic's name in orbitmq (may hold capitals, unlike a resource name).",
+        json_schema_extra={"x-kubernetes-validations": [immutable("topicName")]},
+    )
+    read_queues: int = Field(default=4, ge=1, le=1024, description="Read queues per broker group.")
+    write_queues: int = Field(default=4, ge=1, le=1024, description="Write queues per broker group.")
+    perm: int = Field(default=6, ge=0, le=7, description="READ=4 WRITE=2 INHERIT=1.")
+    order: bool = Field(default=False, description="An ordered topic.")
+    force: bool = Field(
+        default=False,
+        description="Apply a change even if it hides unconsumed messages (read queues cut below "
+        "queues that hold them).",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.readQueues >= self.writeQueues",
+                    "readQueues must be at least writeQueues: messages sent to the other queues "
+                    "would never be read",
+                )
+            ]
+        }
+    )
+
+
+class ConsumerGroupSpec(_Spec):
+    """``OrbitMQConsumerGroup``: a subscription group on every master of a cluster."""
+
+    cluster: str = Field(
+        pattern=K8S_NAME_PATTERN,
+        max_length=63,
+        description="The OrbitMQCluster (same namespace) that serves this group.",
+        json_schema_extra={"x-kubernetes-validations": [immutable("cluster")]},
+    )
+    group_name: str = Field(
+        pattern=NAME_RULE,
+        max_length=GROUP_NAME_MAX_LENGTH,
+        description="The consumer group's name in orbitmq.",
+        json_schema_extra={"x-kubernetes-validations": [immutable("groupName")]},
+    )
+    retry_max_times: int = Field(default=16, ge=0, le=1000, description="Retries before a dead letter.")
+    broadcast_allowed: bool = Field(default=True, description="Whether broadcasting consumers may join.")
+    orderly: bool = Field(default=False, description="Members consume orderly (queue locks).")
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+
+
+class Condition(_Spec):
+    type: ConditionType
+    status: str = Field(pattern="^(True|False|Unknown)$")
+    reason: str = Field(default="", description="CamelCase, for scripts.")
+    message: str = Field(default="", description="What happened and what to do, for people.")
+    last_transition_time: str = ""
+    observed_generation: int = 0
+
+
+class BrokerGroupStatus(_Spec):
+    name: str
+    master: str = Field(default="", description="Pod serving as master now.")
+    epoch: int = 0
+    replicas_ready: int = 0
+    writable: bool = False
+
+
+class ClusterStatus(_Spec):
+    observed_generation: int = 0
+    conditions: list[Condition] = Field(default_factory=list)
+    name_servers_ready: int = 0
+    broker_groups_ready: int = Field(default=0, description="Groups with a writable master.")
+    broker_groups: list[BrokerGroupStatus] = Field(default_factory=list)
+    namesrv_address: str = Field(default="", description="What clients give as --namesrv.")
+
+
+class ResourceStatus(_Spec):
+    """Status of a topic or a consumer group."""
+
+    observed_generation: int = 0
+    conditions: list[Condition] = Field(default_factory=list)
+    applied_to: list[str] = Field(default_factory=list, description="Broker groups that have it.")
