@@ -16,6 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.timeout(60)
 
+TEST_INSTALL = "python -m pip install --quiet -e .[test] -e ./operator"
+"""The test extra also installs the operator's distribution."""
 _RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$ORBITMQ_TEST_CALLS"\n'
 
 
@@ -57,19 +59,19 @@ def test_local_up_installs_on_the_first_start_only(fake_venv: Path, tmp_path: Pa
 
 
 def test_test_extra_is_installed_once_and_covers_the_base_install(fake_venv: Path) -> None:
-    assert "python -m pip install --quiet -e .[test]" in _run("ensure-venv", fake_venv, "test")
+    assert TEST_INSTALL in _run("ensure-venv", fake_venv, "test")
     assert _run("ensure-venv", fake_venv, "test") == []
     assert _run("ensure-venv", fake_venv) == []
 
 
 def test_base_install_does_not_count_as_the_test_extra(fake_venv: Path) -> None:
     _run("ensure-venv", fake_venv)
-    assert "python -m pip install --quiet -e .[test]" in _run("ensure-venv", fake_venv, "test")
+    assert TEST_INSTALL in _run("ensure-venv", fake_venv, "test")
 
 
 def test_a_changed_input_reinstalls(fake_venv: Path) -> None:
     _run("ensure-venv", fake_venv, "test")
     # A venv recreated with another Python is an input like pyproject.toml, setup.py, _native.c.
     (fake_venv / "pyvenv.cfg").write_text("version = 3.12.1\n")
-    assert "python -m pip install --quiet -e .[test]" in _run("ensure-venv", fake_venv, "test")
+    assert TEST_INSTALL in _run("ensure-venv", fake_venv, "test")
     assert _run("ensure-venv", fake_venv, "test") == []
