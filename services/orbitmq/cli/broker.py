@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 from pathlib import Path
 
 import click
@@ -35,13 +37,22 @@ from orbitmq.cli.serve import serve
     help="Commit-log segment size for a new store, default 1 GiB (reserved on disk at once).",
 )
 @click.option("--advertise-addr", help="Address registered with name servers.")
-def broker_command(config_file: Path | None, **flags: object) -> None:
+@click.option(
+    "--broker-id-from-hostname",
+    is_flag=True,
+    help="Take the broker id from the ordinal ending the host name, as a StatefulSet pod's "
+    "(orbit-broker-0-2 -> 2); a nonzero id runs the broker as SLAVE. A role recorded in the "
+    "store by a failover (ha-role.json) still wins.",
+)
+def broker_command(config_file: Path | None, broker_id_from_hostname: bool, **flags: object) -> None:
     """Run a broker: store, serve producers and consumers, register with name servers.
 
     Settings come from --config, then ORBITMQ_BROKER_<FIELD> environment variables, then flags.
     """
     from orbitmq.broker.server import run
 
+    if broker_id_from_hostname:
+        flags.update(ordinal_settings(socket.gethostname(), flags))
     if flags.get("namesrv") is None and os.environ.get(NAMESRV_ENV):
         flags["namesrv"] = os.environ[NAMESRV_ENV]
     settings = settings_or_exit(BrokerSettings, config_file, ENV_PREFIX, flags)
@@ -51,3 +62,28 @@ def broker_command(config_file: Path | None, **flags: object) -> None:
         problems = "; ".join(str(issue["msg"]).removeprefix("Value error, ") for issue in error.errors())
         raise click.ClickException(f"invalid settings: {problems}") from None
     serve(f"broker {settings.broker_name}", run(settings))
+
+
+_ORDINAL = re.compile(r"-(0|[1-9][0-9]*)$")
+
+
+def ordinal_settings(hostname: str, flags: dict[str, object]) -> dict[str, object]:
+    """The broker id and role of a StatefulSet pod named ``hostname``: its ordinal is the id,
+    and every pod but ordinal 0 starts as a slave (ordinal 0 keeps the configured master role).
+
+    This lets one pod template serve a whole broker group without a shell in the image; the
+    store's ``ha-role.json`` still overrides both once a failover has been recorded.
+    """
+    match = _ORDINAL.search(hostname.split(".")[0])  # a pod's short name, even if given as an FQDN
+    if match is None:
+        raise click.UsageError(
+            f"--broker-id-from-hostname: host name {hostname!r} does not end in '-<ordinal>' "
+            "(as a StatefulSet pod's does)"
+        )
+    for name in ("broker_id", "broker_role"):
+        if flags.get(name) is not None:
+            raise click.UsageError(
+                f"--broker-id-from-hostname decides --{name.replace('_', '-')}; give one of them"
+            )
+    ordinal = int(match[1])
+    return {"broker_id": ordinal, "broker_role": "SLAVE"} if ordinal else {"broker_id": 0}
