@@ -113,7 +113,9 @@ def _check_key(key: str) -> None:
         raise SpecError(path, f"{key} is set by the operator ({OWNED_SETTINGS[key]})")
     if key not in BrokerSettings.model_fields:
         raise SpecError(
-            path, f"{key!r} is not a broker setting{_suggestion(key)} (see orbitmq broker --help)"
+            path,
+            f"{key!r} is not a broker setting{_suggestion(key)} "
+            "(settings are the fields of orbitmq.broker.settings.BrokerSettings)",
         )
 
 

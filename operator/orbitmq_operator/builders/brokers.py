@@ -92,6 +92,10 @@ def volume_claim_template(cluster: Cluster, group: int) -> dict[str, Any]:
     if storage.storage_class_name:  # absent: the cluster's default StorageClass
         spec["storageClassName"] = storage.storage_class_name
     return {
+        # typed like any PVC: the API server returns the template with these, so a comparison
+        # of desired with current (changes.py) sees no difference that is not one
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
         "metadata": {"name": names.DATA_VOLUME, "labels": names.labels(cluster.name, names.BROKER, group)},
         "spec": spec,
     }
