@@ -29,11 +29,12 @@ import grpc
 
 from orbitmq.broker.ha import RoleState
 from orbitmq.common.server import StartupError
-from orbitmq.ha import Decision, Member, Policy, Role, decide
+from orbitmq.ha import Decision, Policy
+from orbitmq.ha.group import BrokerGroupFailover, GroupMember
 from orbitmq.local import datadir
 from orbitmq.local.lifeline import SUPERVISOR_PID_ENV
 from orbitmq.store.config import MIB, BrokerRole
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+from orbitmq.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
 
@@ -133,17 +134,23 @@ class Component:
 
 @dataclass
 class BrokerMember:
-    """One broker of the local broker group, as the failover loop tracks it."""
+    """One broker of the local broker group: its process, its data, and its failover record."""
 
     component: Component
     data_dir: Path
-    last_seen_ms: int = 0
-    state: broker_pb2.HaState | None = None
+    ha: GroupMember = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ha = GroupMember(self.component.name, None)
 
     @property
     def running(self) -> bool:
         process = self.component.process
         return process is not None and process.returncode is None
+
+    @property
+    def state(self) -> broker_pb2.HaState | None:
+        return self.ha.state
 
 
 @dataclass
@@ -162,7 +169,19 @@ class LocalCluster:
     """A master unseen this long is replaced (the decision module's detection window)."""
     components: list[Component] = field(default_factory=list)
     brokers: list[BrokerMember] = field(default_factory=list)
-    failovers: int = 0
+    _group: BrokerGroupFailover | None = field(default=None, init=False, repr=False)
+
+    @property
+    def group(self) -> BrokerGroupFailover:
+        """The failover of broker-a's group (:mod:`orbitmq.ha.group`, shared with the operator)."""
+        if self._group is None:
+            policy = Policy(detection_window_ms=self.failover_after_ms)
+            self._group = BrokerGroupFailover([b.ha for b in self.brokers], self.master_role, policy)
+        return self._group
+
+    @property
+    def failovers(self) -> int:
+        return self.group.failovers
 
     @property
     def master_role(self) -> str:
@@ -308,92 +327,26 @@ class LocalCluster:
             except (grpc.aio.AioRpcError, ComponentFailed, OSError, ValueError) as error:
                 log.warning("failover step failed: %s", error)
 
-    async def failover_step(self) -> Decision:
+    async def failover_step(self) -> Decision | None:
         """Observe every broker, apply the decision module's verdict, restart dead brokers."""
-        now = int(time.time() * 1000)
-        members = []
         for broker in self.brokers:
-            alive = False
-            if broker.running and broker.component.address:
-                try:
-                    async with grpc.aio.insecure_channel(broker.component.address) as channel:
-                        broker.state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
-                            broker_pb2.GetHaStateRequest(), timeout=1
-                        )
-                    broker.last_seen_ms, alive = now, True
-                except grpc.aio.AioRpcError:
-                    pass
-            if broker.state is not None:
-                members.append(
-                    Member(
-                        name=broker.component.name,
-                        role=Role.SLAVE if broker.state.role == "SLAVE" else Role.MASTER,
-                        epoch=broker.state.epoch,
-                        max_offset=broker.state.max_offset,
-                        alive=alive,
-                        last_heartbeat_ms=broker.last_seen_ms,
-                    )
-                )
-        decision = (
-            decide(members, now, Policy(detection_window_ms=self.failover_after_ms)) if members else None
-        )
-        if decision is not None and not decision.nothing:
-            await self._apply(decision)
-        await self._restart_dead()
-        return decision  # type: ignore[return-value]
-
-    def _member(self, name: str) -> BrokerMember:
-        return next(b for b in self.brokers if b.component.name == name)
-
-    def _live_master(self) -> BrokerMember | None:
-        masters = [b for b in self.brokers if b.running and b.state is not None and b.state.role != "SLAVE"]
-        return max(masters, key=lambda b: b.state.epoch if b.state else -1, default=None)
-
-    def _free_slave_id(self, leaving: int | None = None) -> int:
-        used = {b.state.broker_id for b in self.brokers if b.running and b.state is not None}
-        if leaving is not None and leaving > 0 and leaving not in used - {leaving}:
-            return leaving
-        return next(i for i in range(1, len(self.brokers) + 2) if i not in used)
-
-    async def _change(self, broker: BrokerMember, request: broker_pb2.ChangeRoleRequest) -> None:
-        async with grpc.aio.insecure_channel(broker.component.address) as channel:
-            broker.state = await broker_pb2_grpc.BrokerStub(channel).ChangeRole(request, timeout=10)
-
-    async def _apply(self, decision: Decision) -> None:
-        log.warning("failover decision: %s", decision.reason)
-        if decision.promote is not None:
-            chosen = self._member(decision.promote)
-            old_id = chosen.state.broker_id if chosen.state else 0
-            await self._change(
-                chosen,
-                broker_pb2.ChangeRoleRequest(role=self.master_role, epoch=decision.epoch, broker_id=0),
-            )
-            self.failovers += 1
+            broker.ha.address = broker.component.address if broker.running else None
+        before = self.group.failovers
+        decision = await self.group.step(int(time.time() * 1000))
+        if decision is not None and decision.promote is not None and self.group.failovers > before:
             note(
-                f"failover {self.failovers}: {chosen.component.name} is master at epoch "
+                f"failover {self.group.failovers}: {decision.promote} is master at epoch "
                 f"{decision.epoch} ({decision.reason})"
             )
-            for broker in self.brokers:  # the dead master will come back under the freed id
-                if broker is not chosen and broker.state is not None and broker.state.broker_id == 0:
-                    broker.state.broker_id = old_id
-        master = self._live_master()
-        for name in decision.demote:
-            broker = self._member(name)
-            if broker.running and master is not None and master is not broker:
-                await self._change(
-                    broker,
-                    broker_pb2.ChangeRoleRequest(
-                        role="SLAVE",
-                        epoch=decision.epoch,
-                        broker_id=self._free_slave_id(),
-                        master_addr=master.component.address,
-                    ),
-                )
+        await self._restart_dead()
+        return decision
 
     async def _restart_dead(self) -> None:
         """A dead broker comes back as a slave of the live master; with no other master it
         comes back as it was (nothing was decided without it)."""
-        master = self._live_master()
+        group = self.group
+        live = group.live_master()
+        master = next((b for b in self.brokers if b.ha is live), None)
         for broker in self.brokers:
             if broker.running:
                 continue
@@ -403,7 +356,7 @@ class LocalCluster:
                 leaving = broker.state.broker_id if broker.state else None
                 role.change(
                     BrokerRole.SLAVE,
-                    self._free_slave_id(leaving),
+                    group.free_slave_id(leaving),
                     master.state.epoch,
                     master.component.address,
                 )

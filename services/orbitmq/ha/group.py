@@ -1,0 +1,140 @@
+"""Carrying out failover decisions over gRPC: observe a broker group, decide, change roles.
+
+:mod:`orbitmq.ha.decision` says *what* to do; this module does it, the same way for every
+caller. The local supervisor's members are child processes, the operator's are pods; both hand
+in :class:`GroupMember` records (a name, the address the broker answers on now, or None when
+it is not running) and call :meth:`BrokerGroupFailover.step` every poll. A step asks each
+running member for its ``GetHaState`` (role, epoch, max offset), feeds the snapshot to
+:func:`~orbitmq.ha.decision.decide` and carries out the decision with ``ChangeRole``: the
+promoted slave becomes master under the new epoch with broker id 0, and a master that lost its
+place is turned into a slave of the live master under a free slave id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from orbitmq.ha.decision import Decision, Member, Policy, Role, decide
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+OBSERVE_TIMEOUT_S = 1.0
+"""A health answer slower than this counts as no answer: the detection window does the rest."""
+CHANGE_TIMEOUT_S = 10.0
+"""A role change waits for the broker to reopen its store in the new role."""
+
+
+@dataclass
+class GroupMember:
+    """One broker of a group as a caller tracks it; the failover step keeps ``state`` and
+    ``last_seen_ms`` current."""
+
+    name: str
+    """Stable identity in the group (``broker-a-s1``, a pod name)."""
+    address: str | None
+    """Where its gRPC server answers now; None while it is not running."""
+    state: broker_pb2.HaState | None = None
+    """Its last answer to ``GetHaState`` (kept while it is down: the decision needs its epoch)."""
+    last_seen_ms: int = 0
+
+    @property
+    def is_master(self) -> bool:
+        return self.state is not None and self.state.role != "SLAVE"
+
+
+class BrokerGroupFailover:
+    """The observe → decide → change-roles loop body for one broker group."""
+
+    def __init__(self, members: Sequence[GroupMember], master_role: str, policy: Policy) -> None:
+        self.members = list(members)
+        self.master_role = master_role
+        """SYNC_MASTER or ASYNC_MASTER: what a promoted slave becomes."""
+        self.policy = policy
+        self.failovers = 0
+
+    def member(self, name: str) -> GroupMember:
+        return next(m for m in self.members if m.name == name)
+
+    async def step(self, now_ms: int) -> Decision | None:
+        """Observe every running member, decide, and carry the decision out; None when no
+        member has ever answered (nothing is known to decide on)."""
+        observed = [m for m in [await self._observe(m, now_ms) for m in self.members] if m is not None]
+        if not observed:
+            return None
+        decision = decide(observed, now_ms, self.policy)
+        if not decision.nothing:
+            await self._apply(decision)
+        return decision
+
+    def live_master(self) -> GroupMember | None:
+        """The running master of the newest epoch (None during a failover)."""
+        masters = [m for m in self.members if m.address is not None and m.is_master]
+        return max(masters, key=lambda m: m.state.epoch if m.state else -1, default=None)
+
+    def free_slave_id(self, leaving: int | None = None) -> int:
+        """A slave id no running member uses; ``leaving``'s own id when it is still free."""
+        used = {m.state.broker_id for m in self.members if m.address is not None and m.state is not None}
+        if leaving is not None and leaving > 0 and leaving not in used - {leaving}:
+            return leaving
+        return next(i for i in range(1, len(self.members) + 2) if i not in used)
+
+    async def _observe(self, member: GroupMember, now_ms: int) -> Member | None:
+        alive = False
+        if member.address is not None:
+            try:
+                async with grpc.aio.insecure_channel(member.address) as channel:
+                    member.state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
+                        broker_pb2.GetHaStateRequest(), timeout=OBSERVE_TIMEOUT_S
+                    )
+                member.last_seen_ms, alive = now_ms, True
+            except grpc.aio.AioRpcError:
+                pass
+        if member.state is None:
+            return None
+        return Member(
+            name=member.name,
+            role=Role.SLAVE if member.state.role == "SLAVE" else Role.MASTER,
+            epoch=member.state.epoch,
+            max_offset=member.state.max_offset,
+            alive=alive,
+            last_heartbeat_ms=member.last_seen_ms,
+        )
+
+    async def _apply(self, decision: Decision) -> None:
+        log.warning("failover decision: %s", decision.reason)
+        if decision.promote is not None:
+            chosen = self.member(decision.promote)
+            old_id = chosen.state.broker_id if chosen.state else 0
+            await self._change(
+                chosen, broker_pb2.ChangeRoleRequest(role=self.master_role, epoch=decision.epoch, broker_id=0)
+            )
+            self.failovers += 1
+            for member in self.members:  # the dead master will come back under the freed id
+                if member is not chosen and member.state is not None and member.state.broker_id == 0:
+                    member.state.broker_id = old_id
+        master = self.live_master()
+        for name in decision.demote:
+            member = self.member(name)
+            if member.address is not None and master is not None and master is not member:
+                await self._change(
+                    member,
+                    broker_pb2.ChangeRoleRequest(
+                        role="SLAVE",
+                        epoch=decision.epoch,
+                        broker_id=self.free_slave_id(),
+                        master_addr=master.address or "",
+                    ),
+                )
+
+    @staticmethod
+    async def _change(member: GroupMember, request: broker_pb2.ChangeRoleRequest) -> None:
+        assert member.address is not None
+        async with grpc.aio.insecure_channel(member.address) as channel:
+            member.state = await broker_pb2_grpc.BrokerStub(channel).ChangeRole(
+                request, timeout=CHANGE_TIMEOUT_S
+            )
