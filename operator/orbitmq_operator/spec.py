@@ -15,7 +15,7 @@ Units are in the names (``detectionWindowMs``), as everywhere in orbitmq.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -30,6 +30,13 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
 """A Kubernetes resource quantity as users write it (``500m``, ``2Gi``)."""
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """An RFC 1123 label: what a cluster's name must be, since its objects' names derive from it."""
+QUANTITY_MAX_LENGTH = 32
+"""Bounds a quantity string, which keeps the CEL cost of comparing quantities within budget."""
+MAX_RESOURCE_NAMES = 16
+MAX_BROKER_SETTINGS = 128
+"""Bounds on maps: the API server estimates a CEL rule's cost from them (``maxProperties``)."""
+
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX_LENGTH)]
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -44,6 +51,12 @@ def immutable(what: str) -> dict[str, str]:
     return cel("self == oldSelf", f"{what} cannot be changed once set")
 
 
+def list_map(key: str) -> dict[str, Any]:
+    """A list whose items are keyed by ``key`` (conditions by type): server-side apply merges
+    such lists item by item, so the operator's status patches do not clobber each other."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
 class _Spec(BaseModel):
     """camelCase aliases, unknown fields refused (the API server prunes them anyway)."""
 
@@ -53,8 +66,8 @@ class _Spec(BaseModel):
 class Resources(_Spec):
     """Container resources (``requests``/``limits`` of ``cpu``, ``memory``), as in a pod spec."""
 
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCE_NAMES)
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCE_NAMES)
 
 
 class FlushMode(StrEnum):
@@ -91,6 +104,7 @@ class StorageSpec(_Spec):
     size: str = Field(
         default="10Gi",
         pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
         description="Volume of each broker (commit log, consume queues, index); may grow, never shrink.",
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -100,12 +114,28 @@ class StorageSpec(_Spec):
     )
     storage_class_name: str | None = Field(
         default=None,
+        min_length=1,
+        max_length=253,
         description="StorageClass of the brokers' volumes (default: the cluster's default class).",
         json_schema_extra={"x-kubernetes-validations": [immutable("storageClassName")]},
     )
     retention: RetentionPolicy = Field(
         default=RetentionPolicy.RETAIN,
         description="What happens to the brokers' volumes when the cluster resource is deleted.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                # `self == oldSelf` on the field only runs when both old and new set it.
+                cel(
+                    "has(self.storageClassName) == has(oldSelf.storageClassName)",
+                    "storageClassName cannot be added or removed once the cluster exists "
+                    "(the brokers' volumes keep the class they were created with)",
+                    ".storageClassName",
+                )
+            ]
+        }
     )
 
 
@@ -132,6 +162,7 @@ class BrokersSpec(_Spec):
     )
     settings: dict[str, Any] = Field(
         default_factory=dict,
+        max_length=MAX_BROKER_SETTINGS,
         description="Further broker settings by their snake_case name (see orbitmq broker --help); "
         "checked by the operator, which reports a bad one in the Ready condition.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
@@ -143,6 +174,7 @@ class BrokersSpec(_Spec):
                 cel(
                     "self.replicationMode != 'SYNC_MASTER' || self.slavesPerGroup >= 1",
                     "replicationMode SYNC_MASTER needs slavesPerGroup >= 1 (a send waits for a slave)",
+                    ".slavesPerGroup",
                 )
             ]
         }
@@ -206,6 +238,7 @@ class TopicSpec(_Spec):
                     "self.readQueues >= self.writeQueues",
                     "readQueues must be at least writeQueues: messages sent to the other queues "
                     "would never be read",
+                    ".readQueues",
                 )
             ]
         }
@@ -257,10 +290,10 @@ class BrokerGroupStatus(_Spec):
 
 class ClusterStatus(_Spec):
     observed_generation: int = 0
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
     name_servers_ready: int = 0
     broker_groups_ready: int = Field(default=0, description="Groups with a writable master.")
-    broker_groups: list[BrokerGroupStatus] = Field(default_factory=list)
+    broker_groups: list[BrokerGroupStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
     namesrv_address: str = Field(default="", description="What clients give as --namesrv.")
 
 
@@ -268,5 +301,5 @@ class ResourceStatus(_Spec):
     """Status of a topic or a consumer group."""
 
     observed_generation: int = 0
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
     applied_to: list[str] = Field(default_factory=list, description="Broker groups that have it.")
