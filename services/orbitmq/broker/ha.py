@@ -176,19 +176,36 @@ class ReplicationClient:
         await self._tasks.close()
         self.connected.clear()
 
+    def _candidates(self) -> list[str]:
+        """Where the master may be, most specific first: the address the last role change named,
+        the one the name servers report, the configured one. A recorded address goes stale when
+        the master comes back elsewhere (a pod restarted under a new IP), so each is tried in
+        turn; :meth:`_stream` follows only a broker that answers as master."""
+        found: list[str] = []
+        record = self.b.role.record.master_addr
+        for address in (record, self.b.known_master_addr, self.b.settings.master_addr):
+            if address and address != self.b.address and address not in found:
+                found.append(address)
+        return found
+
     def _master(self) -> str:
-        return self.b.role.record.master_addr or self.b.known_master_addr or self.b.settings.master_addr or ""
+        """The master being replicated from, else the first candidate."""
+        if self.connected.is_set() and self.master_addr:
+            return self.master_addr
+        return next(iter(self._candidates()), "")
 
     async def _stream_loop(self) -> None:
         while True:
-            address = self._master()
-            if address and address != self.b.address:
+            for address in self._candidates():
                 try:
                     await self._stream(address)
                 except (grpc.aio.AioRpcError, RpcFailure, OSError, ValueError) as error:
                     detail = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
                     log.info("replication from %s stopped: %s", address, detail)
-            self.connected.clear()
+                followed = self.connected.is_set()
+                self.connected.clear()
+                if followed:
+                    break  # it was the master: start again from the best candidate
             await asyncio.sleep(RECONNECT_S)
 
     async def _stream(self, address: str) -> None:
