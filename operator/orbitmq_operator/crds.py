@@ -256,13 +256,21 @@ def _resolve(node: Schema, defs: dict[str, Schema]) -> Schema:
 
 
 def _default_sub_objects(out: Schema, required: Any) -> None:
-    """``default: {}`` on optional sub-objects without a default (a pydantic ``default_factory``),
-    so the API server fills in their fields' defaults as the operator's model would."""
+    """Default optional sub-objects that have none (a pydantic ``default_factory``) to their
+    fields' defaults, so the API server fills a missing sub-object as the operator's model would.
+
+    The default is spelled out rather than ``{}``: the API server checks a default against the
+    CEL rules without defaulting it first, so ``{}`` would fail a rule reading its fields.
+    """
     for name, child in out["properties"].items():
         if name in required or "default" in child:
             continue
         if child.get("type") == "object" and "properties" in child:
-            child["default"] = {}
+            child["default"] = {
+                key: grandchild["default"]
+                for key, grandchild in child["properties"].items()
+                if "default" in grandchild
+            }
 
 
 def structural_problems(schema: Schema, path: str = "") -> list[str]:
