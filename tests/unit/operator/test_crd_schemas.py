@@ -2,7 +2,8 @@
 
 The e2e tests (tests/e2e/test_crds.py) show the API server enforcing these schemas; these show,
 without a cluster, that the generated schemas say what the models say, and that the committed
-YAML in the chart is what the generator writes today.
+YAML in the chart is what the generator writes today. (Not named test_crds.py: test folders are
+not packages, so pytest refuses two test modules with one basename.)
 """
 
 from __future__ import annotations
