@@ -244,8 +244,11 @@ class Admin:
         *,
         retry_max_times: int = 16,
         consume_broadcast_enable: bool = True,
+        orderly: bool = False,
         cluster: str | None = None,
     ) -> list[str]:
+        """Create (or overwrite) a subscription group on every master (of ``cluster``);
+        returns the brokers' addresses. ``orderly``: its members consume orderly."""
         validate_group_name(group)
         config = broker_pb2.SubscriptionGroupConfig(
             group_name=group,
@@ -254,6 +257,7 @@ class Admin:
             consume_broadcast_enable=consume_broadcast_enable,
             retry_queue_nums=1,
             retry_max_times=retry_max_times,
+            consume_message_orderly=orderly,
         )
         targets = [b.address for b in await self.masters(cluster)]
         for address in targets:

@@ -1,0 +1,108 @@
+"""Failover of every ``OrbitMQCluster`` with ``spec.failover.enabled``: a kopf daemon per
+cluster stepping :class:`~orbitmq_operator.reconcile.failover.ClusterFailover` every 500 ms.
+
+The broker pods come from a kopf index (one watch of the operator's namespaces, kept current
+by kopf), not from a list call per step: two steps a second per cluster would otherwise cost
+two API requests each. Every promotion is an Event on the cluster and counts in
+``orbitmq_operator_failovers_total``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import grpc
+import kopf
+
+from orbitmq.ha import Policy
+from orbitmq_operator import metrics
+from orbitmq_operator.builders import names
+from orbitmq_operator.reconcile.failover import STEP_INTERVAL_S, ClusterFailover, GroupPods
+from orbitmq_operator.spec import GROUP, VERSION, ClusterSpec
+
+BROKER_PODS = {names.LABEL_NAME: names.APP, names.LABEL_COMPONENT: names.BROKER}
+
+
+@kopf.index("pods", labels=BROKER_PODS)
+def broker_pods(
+    name: str, namespace: str, labels: kopf.Labels, status: kopf.Status, meta: kopf.Meta, **_: Any
+) -> Any:
+    """``{(namespace, cluster): (group, pod name, IP while Running else None)}``."""
+    running = status.get("phase") == "Running" and not meta.get("deletionTimestamp")
+    group = names.broker_group(
+        labels.get(names.LABEL_INSTANCE, ""), int(labels.get(names.LABEL_BROKER_GROUP, "0"))
+    )
+    return {
+        (namespace, labels.get(names.LABEL_INSTANCE, "")): (
+            group,
+            name,
+            status.get("podIP") if running else None,
+        )
+    }
+
+
+def pods_by_group(index: kopf.Index, namespace: str, cluster: str) -> dict[str, GroupPods]:
+    out: dict[str, dict[str, str | None]] = defaultdict(dict)
+    for group, pod, ip in index.get((namespace, cluster), []):
+        out[group][pod] = ip
+    return dict(out)
+
+
+@kopf.daemon(GROUP, VERSION, "orbitmqclusters", cancellation_timeout=5)
+async def failover(
+    stopped: kopf.DaemonStopped,
+    name: str,
+    namespace: str,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    broker_pods: kopf.Index,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    state = ClusterFailover()
+    while not stopped:
+        try:
+            parsed = ClusterSpec.model_validate(dict(spec))
+        except ValueError:
+            parsed = None  # the reconcile reports it; nothing to fail over with
+        if parsed is not None and parsed.failover.enabled:
+            policy = Policy(detection_window_ms=parsed.failover.detection_window_ms)
+            state.configure(
+                pods_by_group(broker_pods, namespace, name), parsed.brokers.replication_mode.value, policy
+            )
+            try:
+                acted = await state.step(int(time.time() * 1000))
+            except grpc.aio.AioRpcError as error:  # a role change refused or timed out: next step
+                logger.warning("failover step of %s failed: %s %s", name, error.code().name, error.details())
+                acted = {}
+            for group, decision in acted.items():
+                record(body, namespace, name, group, decision, logger)
+        await stopped.wait(STEP_INTERVAL_S)
+
+
+def record(
+    body: kopf.Body, namespace: str, cluster: str, group: str, decision: Any, logger: kopf.Logger
+) -> None:
+    if decision.promote is not None:
+        metrics.FAILOVERS.labels(namespace, cluster, group).inc()
+        message = (
+            f"{group}: {decision.promote} promoted to master under epoch {decision.epoch} ({decision.reason})"
+        )
+        kopf.warn(body, reason="Failover", message=message)
+    if decision.demote:
+        message = f"{group}: {', '.join(decision.demote)} turned into slave(s) under epoch {decision.epoch}"
+        kopf.info(body, reason="RoleChange", message=message)
+    metrics.LAST_DECISION.info(
+        {
+            "namespace": namespace,
+            "cluster": cluster,
+            "broker_group": group,
+            "promote": decision.promote or "",
+            "demote": ",".join(decision.demote),
+            "epoch": str(decision.epoch),
+            "reason": decision.reason,
+        }
+    )
+    logger.warning("failover %s: %s", group, decision.reason)

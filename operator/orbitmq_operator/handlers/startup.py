@@ -1,0 +1,46 @@
+"""Operator start and stop: kopf's settings, one lightkube client and the config in the memo.
+
+kopf logs in by itself (in-cluster service account, else ``$KUBECONFIG``/``~/.kube/config``);
+the reconcilers use a lightkube client built the same way (``KubeConfig.from_env``), kept in
+the operator's memo, which kopf copies into every resource's memo.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+from lightkube import AsyncClient, KubeConfig
+
+from orbitmq_operator.config import OperatorConfig
+from orbitmq_operator.spec import GROUP
+
+FINALIZER = f"{GROUP}/operator"
+ANNOTATIONS_PREFIX = f"operator.{GROUP}"
+"""kopf's own bookkeeping goes in annotations under our prefix, never in ``status`` (whose
+schema the CRDs define field by field: the API server would prune kopf's entries)."""
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATIONS_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration"
+    )
+    # events are the ones the reconcilers post on purpose (scaling, role changes, refusals);
+    # kopf's per-handler "succeeded" lines would bury them under one per resync
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    if "config" not in memo:
+        memo["config"] = OperatorConfig.from_env()
+    memo["client"] = AsyncClient(config=KubeConfig.from_env(), field_manager="orbitmq-operator")
+    logger.info("orbitmq operator started: %s", memo["config"])
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    client = memo.get("client")
+    if client is not None:
+        await client.close()

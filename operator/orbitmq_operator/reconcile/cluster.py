@@ -1,0 +1,170 @@
+"""Reconciling one ``OrbitMQCluster``: build, apply what changed, observe, compute the status.
+
+The order is the builders' (name servers, then the brokers' ConfigMap, then each group), and a
+spec the builders refuse applies nothing: the last good objects keep running and the status
+says which field to fix. Broker groups beyond ``spec.brokers.groups`` are never deleted here:
+their messages would go with them, so they stay until drained (``DrainRequired``).
+
+Observation reads the StatefulSets' ready replicas from the API and asks each running broker
+pod for its ``GetHaState`` at its pod IP; an operator that cannot reach the pods (out of the
+cluster, a network policy) reports the groups as not writable rather than guessing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names
+from orbitmq_operator.builders.changes import surplus_broker_groups
+from orbitmq_operator.reconcile import apply
+from orbitmq_operator.reconcile.cluster_status import (
+    MemberState,
+    Observed,
+    ObservedGroup,
+    cluster_status,
+    invalid_status,
+)
+
+HA_STATE_TIMEOUT_S = 1.0
+"""A broker slower than this to say its role counts as not answering (the status is retried)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event for the handler to post on the cluster resource."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    result: apply.ApplyResult | None = None
+    error: SpecError | None = None
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def reconcile_cluster(
+    client: AsyncClient, body: Mapping[str, Any], *, observe_brokers: bool = True
+) -> Outcome:
+    """Apply ``body``'s cluster (only what changed) and compute its status from what runs."""
+    previous = body.get("status") or {}
+    meta = body["metadata"]
+    try:
+        cluster = Cluster.from_resource(body)
+        desired = desired_objects(cluster)
+    except SpecError as error:
+        generation = int(meta.get("generation", 0))
+        status = invalid_status(str(error), generation, previous, now_rfc3339())
+        return Outcome(status, [Event("InvalidSpec", f"{error}; nothing applied", warning=True)], error=error)
+    current = await apply.existing_objects(client, cluster)
+    result = await apply.apply_objects(client, cluster, desired, current)
+    events = _apply_events(result)
+    surplus = surplus_broker_groups(cluster, current.values())
+    if surplus:
+        events.append(
+            Event(
+                "DrainRequired",
+                f"broker groups {surplus} exceed spec.brokers.groups={cluster.spec.brokers.groups}: "
+                "kept running, not deleted (their messages would be lost)",
+                warning=True,
+            )
+        )
+    observed = await observe(client, cluster, current, surplus, observe_brokers=observe_brokers)
+    return Outcome(cluster_status(cluster, observed, previous, now_rfc3339()), events, result)
+
+
+def _apply_events(result: apply.ApplyResult) -> list[Event]:
+    events = [
+        Event("Scaling", f"StatefulSet {name}: {before} -> {after} replicas")
+        for name, before, after in result.scaled
+    ]
+    events += [Event("Created", f"{kind} {name}") for kind, name in result.created if kind == "StatefulSet"]
+    events += [
+        Event("Recreated", f"StatefulSet {name} re-created for an immutable change (pods and volumes kept)")
+        for _, name in result.recreated
+    ]
+    return events
+
+
+async def observe(
+    client: AsyncClient,
+    cluster: Cluster,
+    current: Mapping[apply.Key, Mapping[str, Any]],
+    surplus: Sequence[int] = (),
+    *,
+    observe_brokers: bool = True,
+) -> Observed:
+    """Ready replicas of each StatefulSet, and each reachable broker's role and epoch."""
+
+    def ready(name: str) -> int:
+        obj = current.get(("StatefulSet", name)) or {}
+        return int((obj.get("status") or {}).get("readyReplicas") or 0)
+
+    pods = await broker_pods(client, cluster) if observe_brokers else {}
+    groups = []
+    for index in range(cluster.spec.brokers.groups):
+        name = names.broker_group(cluster.name, index)
+        running = sorted((pod, ip) for pod, ip in pods.get(index, {}).items() if ip)
+        members = await asyncio.gather(*(ha_state(pod, ip) for pod, ip in running))
+        groups.append(
+            ObservedGroup(
+                name,
+                1 + cluster.spec.brokers.slaves_per_group,
+                ready(name),
+                tuple(m for m in members if m is not None),
+            )
+        )
+    return Observed(
+        cluster.spec.name_servers.replicas, ready(names.namesrv(cluster.name)), tuple(groups), tuple(surplus)
+    )
+
+
+async def broker_pods(client: AsyncClient, cluster: Cluster) -> dict[int, dict[str, str | None]]:
+    """``{group: {pod name: pod IP or None}}`` of the cluster's broker pods; the IP only for a
+    Running pod (a pending or terminating pod's old IP may already belong to another pod)."""
+    selector = names.selector_labels(cluster.name, names.BROKER)
+    found: dict[int, dict[str, str | None]] = {}
+    async for pod in client.list(Pod, namespace=cluster.namespace, labels=selector):
+        group = (pod.metadata.labels or {}).get(names.LABEL_BROKER_GROUP, "")
+        if not group.isdigit():
+            continue
+        status = pod.status
+        running = status is not None and status.phase == "Running" and pod.metadata.deletionTimestamp is None
+        ip = status.podIP if running and status is not None else None
+        found.setdefault(int(group), {})[pod.metadata.name] = ip
+    return found
+
+
+async def ha_state(pod: str, ip: str) -> MemberState | None:
+    """A broker pod's role and epoch, None when it does not answer in time."""
+    try:
+        async with grpc.aio.insecure_channel(f"{ip}:{names.BROKER_PORT}") as channel:
+            state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
+                broker_pb2.GetHaStateRequest(), timeout=HA_STATE_TIMEOUT_S
+            )
+    except grpc.aio.AioRpcError:
+        return None
+    return member_state(pod, state)
+
+
+def member_state(pod: str, state: broker_pb2.HaState) -> MemberState:
+    """Writable: a master that can acknowledge a send now (a SYNC_MASTER needs a slave)."""
+    master = state.role != "SLAVE"
+    writable = master and (state.role != "SYNC_MASTER" or len(state.slaves) > 0)
+    return MemberState(pod, state.role, state.epoch, writable)
