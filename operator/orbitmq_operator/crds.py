@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from orbitmq_operator.builders.names import MAX_CLUSTER_NAME
 from orbitmq_operator.spec import (
     GROUP,
     VERSION,
@@ -37,6 +38,7 @@ from orbitmq_operator.spec import (
     ConsumerGroupSpec,
     ResourceStatus,
     TopicSpec,
+    cel,
 )
 
 CATEGORY = "orbitmq"
@@ -78,6 +80,8 @@ class Kind:
     printer_columns: tuple[dict[str, Any], ...]
     scale: dict[str, str] | None = None
     description: str = ""
+    rules: tuple[dict[str, str], ...] = ()
+    """CEL rules on the whole resource (``metadata.name`` is only visible there)."""
 
     @property
     def name(self) -> str:
@@ -107,6 +111,15 @@ KINDS: tuple[Kind, ...] = (
         # the group count; ready groups are those with a writable master.
         scale={"specReplicasPath": ".spec.brokers.groups", "statusReplicasPath": ".status.brokerGroupsReady"},
         description="An orbitmq cluster: name servers and broker groups (a master and its slaves each).",
+        rules=(
+            cel(
+                f"self.metadata.name.size() <= {MAX_CLUSTER_NAME} && "
+                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                f"metadata.name must start with a letter, hold only lowercase letters, digits and "
+                f"'-', and have at most {MAX_CLUSTER_NAME} characters: it names the cluster's "
+                "Services and StatefulSets (<name>-broker-<n>)",
+            ),
+        ),
     ),
     Kind(
         kind="OrbitMQTopic",
@@ -182,7 +195,7 @@ def crd(kind: Kind) -> dict[str, Any]:
 
 def resource_schema(kind: Kind) -> Schema:
     """The whole resource's schema: ``spec`` (required) and ``status`` from the kind's models."""
-    return {
+    schema: Schema = {
         "type": "object",
         "description": kind.description,
         "required": ["spec"],
@@ -194,6 +207,9 @@ def resource_schema(kind: Kind) -> Schema:
             "status": structural_schema(kind.status),
         },
     }
+    if kind.rules:
+        schema["x-kubernetes-validations"] = [dict(rule) for rule in kind.rules]
+    return schema
 
 
 def structural_schema(model: type[BaseModel]) -> Schema:
