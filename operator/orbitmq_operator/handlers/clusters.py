@@ -21,6 +21,7 @@ from lightkube import ApiError
 
 from orbitmq_operator import metrics
 from orbitmq_operator.config import OperatorConfig
+from orbitmq_operator.handlers import events
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.cluster import Outcome, now_rfc3339, reconcile_cluster
 from orbitmq_operator.reconcile.conditions import Reason
@@ -34,7 +35,7 @@ RESYNC_S = OperatorConfig.from_env().cluster_resync_s
 
 def post_events(body: kopf.Body, outcome: Outcome) -> None:
     for event in outcome.events:
-        (kopf.warn if event.warning else kopf.info)(body, reason=event.reason, message=event.message)
+        (events.warning if event.warning else events.normal)(body, event.reason, event.message)
 
 
 def write_status(patch: kopf.Patch, current: Mapping[str, Any] | None, status: Mapping[str, Any]) -> None:
@@ -62,7 +63,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
                 ),
             }
             write_status(patch, body.status, status)
-            kopf.warn(body, reason=Reason.APPLY_FAILED, message=message)
+            events.warning(body, Reason.APPLY_FAILED, message)
             raise kopf.TemporaryError(message, delay=10) from error
         finally:
             metrics.RECONCILE_SECONDS.labels(KIND).observe(time.monotonic() - started)

@@ -19,6 +19,7 @@ import kopf
 from orbitmq.ha import Policy
 from orbitmq_operator import metrics
 from orbitmq_operator.builders import names
+from orbitmq_operator.handlers import events
 from orbitmq_operator.reconcile.failover import STEP_INTERVAL_S, ClusterFailover, GroupPods
 from orbitmq_operator.spec import GROUP, VERSION, ClusterSpec
 
@@ -90,10 +91,10 @@ def record(
         message = (
             f"{group}: {decision.promote} promoted to master under epoch {decision.epoch} ({decision.reason})"
         )
-        kopf.warn(body, reason="Failover", message=message)
+        events.warning(body, "Failover", message)
     if decision.demote:
         message = f"{group}: {', '.join(decision.demote)} turned into slave(s) under epoch {decision.epoch}"
-        kopf.info(body, reason="RoleChange", message=message)
+        events.normal(body, "RoleChange", message)
     metrics.LAST_DECISION.info(
         {
             "namespace": namespace,

@@ -30,6 +30,7 @@ from lightkube.resources.core_v1 import Pod
 from orbitmq_operator import metrics
 from orbitmq_operator.builders import Cluster, names, namesrv_address
 from orbitmq_operator.config import NamesrvMode, OperatorConfig
+from orbitmq_operator.handlers import events
 from orbitmq_operator.handlers.clusters import RESYNC_S, write_status
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.cluster import now_rfc3339
@@ -99,7 +100,7 @@ async def apply_resource(
     def refuse(reason: Reason, message: str, verdicts: list[Verdict]) -> None:
         metrics.RECONCILE_ERRORS.labels(kind, reason).inc()
         write_status(patch, body.status, resource_status(verdicts, generation, body.status, now_rfc3339()))
-        kopf.warn(body, reason=reason, message=message)
+        events.warning(body, reason, message)
 
     try:
         cluster = await find_cluster(memo["client"], body.metadata.namespace or "", spec.cluster)
@@ -119,7 +120,7 @@ async def apply_resource(
     finally:
         metrics.RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - started)
     if applied.changed:
-        kopf.info(body, reason="Applied", message=f"{what}: {', '.join(applied.changed)}")
+        events.normal(body, "Applied", f"{what}: {', '.join(applied.changed)}")
     status = resource_status(
         applied_verdicts(applied, what), generation, body.status, now_rfc3339(), applied.broker_names
     )
@@ -142,9 +143,9 @@ async def delete_resource(
     try:
         deleted = await delete(await namesrv_for(memo["client"], memo["config"], cluster), name, cluster_name)
     except ResourceRefused as error:
-        kopf.warn(body, reason=error.reason, message=f"{error.message}; deletion retried in 30 s")
+        events.warning(body, error.reason, f"{error.message}; deletion retried in 30 s")
         raise kopf.TemporaryError(error.message, delay=30) from error
-    kopf.info(body, reason="Deleted", message=f"{what} deleted from {len(deleted)} master(s)")
+    events.normal(body, "Deleted", f"{what} deleted from {len(deleted)} master(s)")
 
 
 TOPICS = "orbitmqtopics"
