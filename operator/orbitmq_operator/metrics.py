@@ -32,6 +32,12 @@ RECONCILE_ERRORS = Counter(
     ["kind", "reason"],
     registry=REGISTRY,
 )
+OBJECT_WRITES = Counter(
+    "orbitmq_operator_object_writes_total",
+    "Server-side applies of a cluster's objects (unchanged objects are skipped, not counted).",
+    ["kind"],
+    registry=REGISTRY,
+)
 RECONCILE_SECONDS = Histogram(
     "orbitmq_operator_reconcile_duration_seconds",
     "Time of one reconcile, API calls and broker queries included.",

@@ -25,6 +25,8 @@ from operatorkit import (
     wait_condition,
 )
 
+from orbitmq_operator import metrics
+
 pytestmark = pytest.mark.e2e
 
 CLUSTER = "demo"
@@ -52,6 +54,17 @@ def settled_versions(k8s: K8sCluster, namespace: str) -> dict[tuple[str, str], s
             return now
         last = now
     raise AssertionError(f"the children kept changing: {last}")
+
+
+def object_writes() -> float:
+    """Applies the operator (running in this process) sent so far."""
+    return sum(
+        sample.value
+        for family in metrics.REGISTRY.collect()
+        if family.name == "orbitmq_operator_object_writes"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
 
 
 def changed_since(before: dict, after: dict) -> set:
@@ -86,8 +99,10 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
 
         # unchanged: several resyncs write nothing
         before = settled_versions(k8s_cluster, namespace)
+        writes = object_writes()
         time.sleep(3 * RESYNC_S + 1)
         assert changed_since(before, versions(k8s_cluster, namespace, CLUSTER)) == set()
+        assert object_writes() == writes, "a resync of an unchanged cluster sends no apply at all"
         # ...yet a resync does reconcile: a deleted child comes back
         k8s_cluster.kubectl("delete", "pdb", "demo-broker-0", "-n", namespace)
         k8s_cluster.wait_for(
@@ -95,6 +110,7 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
             lambda: ("PodDisruptionBudget", "demo-broker-0") in children(k8s_cluster, namespace, CLUSTER),
         )
         before = spec_versions(k8s_cluster, namespace, CLUSTER)
+        writes = object_writes()
 
         # more name servers: their StatefulSet, and the brokers' list of name servers
         k8s_cluster.kubectl(
@@ -121,6 +137,7 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
             ),
         )
         after = spec_versions(k8s_cluster, namespace, CLUSTER)
+        assert object_writes() == writes + 3, "applied: the three changed objects, nothing else"
         assert changed_since(before, after) == {
             ("StatefulSet", "demo-namesrv"),
             ("ConfigMap", "demo-broker-config"),  # brokers register with every name server

@@ -34,6 +34,7 @@ from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Servic
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
+from orbitmq_operator import metrics
 from orbitmq_operator.builders import Cluster, Manifest, names
 from orbitmq_operator.builders.changes import statefulset_immutable_changes, volume_resize_patch
 from orbitmq_operator.spec import GROUP
@@ -125,6 +126,7 @@ async def apply_objects(
             if before != after:
                 result.scaled.append((key[1], int(before or 0), int(after)))
         await client.apply(codecs.from_dict(stamped(manifest)), field_manager=FIELD_MANAGER, force=True)
+        metrics.OBJECT_WRITES.labels(key[0]).inc()
         if now is None:
             result.created.append(key)
         elif key not in result.recreated:
