@@ -663,7 +663,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 consume_from_min_enable=g.consume_from_min_enable,
                 consume_broadcast_enable=g.consume_broadcast_enable,
                 retry_queue_nums=g.retry_queue_nums or 1,
-                retry_max_times=g.retry_max_times or 16,
+                retry_max_times=g.retry_max_times if g.HasField("retry_max_times") else 16,
                 broker_id=g.broker_id,
                 consume_message_orderly=g.consume_message_orderly,
             )
