@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +89,48 @@ def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster
         down = _run_testbed("down", env, DOWN_TIMEOUT_S)
         if down.returncode != 0:
             pytest.fail(f"scripts/k8s-testbed down failed (processes may be left): {_describe(down)}")
+
+
+# The real node (containerd + kubelet + kube-proxy beside kwok) needs root, installs Debian
+# packages and changes host networking until `down`; its tests run only when asked for.
+REAL_NODE_ENV = "ORBITMQ_E2E_REAL_NODE"
+
+
+@pytest.fixture(scope="session")
+def k8s_real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
+    """A second test bed, started with `up --real-node`: pods on `real-node-0` run as real containers.
+
+    Opt-in (skipped unless ORBITMQ_E2E_REAL_NODE=1): it is its own cluster, so the tests of
+    ``k8s_cluster`` never see the real node.  ``info["real_node"]`` describes the node (pod
+    range, the orbitmq image, the host paths its pods mount, the ctr command line).
+    """
+    if os.environ.get(REAL_NODE_ENV) != "1":
+        pytest.skip(f"real-node e2e tests are opt-in: set {REAL_NODE_ENV}=1 (needs root)")
+    # Short: the containerd socket lives under it and a unix socket path has 107 bytes.
+    state = Path(tempfile.mkdtemp(prefix="omq-rn-"))
+    home = tmp_path_factory.mktemp("k8s-real-node-home")
+    env = dict(os.environ, ORBITMQ_K8S_STATE=str(state))
+    build = _run_testbed("build", env, BUILD_TIMEOUT_S)
+    if build.returncode != 0:
+        pytest.fail(f"scripts/k8s-testbed build failed: {_describe(build)}", pytrace=False)
+    up = _run_testbed("up", {**env, "ORBITMQ_K8S_REAL_NODE": "1"}, UP_TIMEOUT_S + 300)
+    try:
+        if up.returncode != 0:
+            pytest.fail(f"scripts/k8s-testbed up --real-node failed: {_describe(up)}", pytrace=False)
+        info = json.loads((state / "cluster.json").read_text())
+        print(f"\nk8s test bed with a real node: Ready in {info['real_node']['ready_seconds']}s")
+        yield K8sCluster(
+            kubeconfig=Path(info["kubeconfig"]),
+            state_dir=state,
+            bin_dir=Path(info["bin"]),
+            home=home,
+            info=info,
+        )
+    finally:
+        down = _run_testbed("down", env, DOWN_TIMEOUT_S)
+        if down.returncode != 0:
+            pytest.fail(f"scripts/k8s-testbed down failed (the real node may be left): {_describe(down)}")
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture

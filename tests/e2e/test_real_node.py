@@ -1,0 +1,279 @@
+"""orbitmq pods as real containers on the test bed's real node (opt-in: ORBITMQ_E2E_REAL_NODE=1).
+
+A name server (behind a ClusterIP Service, so kube-proxy's rules are on the path) and a broker
+StatefulSet whose commit log lives on a hostPath PersistentVolume bound through a
+volumeClaimTemplate.  Both become Ready through the kubelet's gRPC probe on the standard
+health service; the test's own client reaches them over the bridge (pod IPs are routable
+from the host), produces and consumes, then SIGKILLs the broker's process and checks that
+kubelet restarts the container and the restarted broker still has the messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_testbed_support import K8sCluster
+
+from orbitmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
+
+NAMESRV_PORT = 9876
+BROKER_PORT = 10911
+TOPIC = "RealNodeTopic"
+
+
+def _on_real_node(
+    cluster: K8sCluster, pod_spec: dict[str, Any], volumes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Pin a pod spec to the real node and mount the host paths the orbitmq image runs from."""
+    node = cluster.info["real_node"]
+    mounts = [
+        {"name": f"host-{i}", "mountPath": path, "readOnly": True}
+        for i, path in enumerate(node["host_mounts"])
+    ]
+    host_volumes = [
+        {"name": f"host-{i}", "hostPath": {"path": path, "type": "Directory"}}
+        for i, path in enumerate(node["host_mounts"])
+    ]
+    for container in pod_spec["containers"]:
+        container.setdefault("image", node["image"])
+        container.setdefault("imagePullPolicy", "Never")  # imported locally; there is no registry
+        container["volumeMounts"] = [*mounts, *container.get("volumeMounts", [])]
+    return {
+        **pod_spec,
+        "nodeSelector": node["labels"],
+        "terminationGracePeriodSeconds": 5,
+        "volumes": [*host_volumes, *volumes],
+    }
+
+
+def _server(
+    name: str, port: int, args: list[str], mounts: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A container running `orbitmq <args>`, Ready when its gRPC health service says SERVING."""
+    probe = {"grpc": {"port": port}, "periodSeconds": 1, "timeoutSeconds": 2, "failureThreshold": 3}
+    return {
+        "name": name,
+        "command": ["/usr/bin/env", "orbitmq", *args],  # PATH starts with the venv's bin
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "grpc", "containerPort": port}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "periodSeconds": 5},
+        "volumeMounts": mounts or [],
+    }
+
+
+def _wait_ready(
+    cluster: K8sCluster, ns: str, pod: str, restarts: int = 0, timeout: float = 120
+) -> dict[str, Any]:
+    """Wait until the pod is Ready with at least `restarts` restarts; return it."""
+    found: dict[str, Any] = {}
+
+    def ready() -> bool:
+        result = cluster.kubectl("get", "pod", pod, "-n", ns, "-o", "json", check=False)
+        if result.returncode != 0:
+            return False
+        found.update(json.loads(result.stdout))
+        statuses = found.get("status", {}).get("containerStatuses") or []
+        conditions = found.get("status", {}).get("conditions") or []
+        return (
+            bool(statuses)
+            and all(s.get("ready") and s.get("restartCount", 0) >= restarts for s in statuses)
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        )
+
+    try:
+        cluster.wait_for(f"pod {ns}/{pod} Ready (restarts >= {restarts})", ready, timeout=timeout)
+    except BaseException:
+        print(cluster.kubectl("describe", "pod", pod, "-n", ns, check=False).stdout[-3000:])
+        for previous in ("--previous=false", "--previous=true"):
+            logs = cluster.kubectl("logs", pod, "-n", ns, "--all-containers", previous, check=False)
+            print(f"--- logs {previous}:\n{logs.stdout[-3000:]}{logs.stderr[-500:]}")
+        raise
+    return found
+
+
+async def _produce(namesrv: str, bodies: list[str]) -> None:
+    async with Producer("real-node-producer", namesrv) as producer:
+        for body in bodies:
+            await producer.send(Message(TOPIC, body.encode()))
+
+
+async def _consume(namesrv: str, group: str, expected: int) -> list[str]:
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    def on_messages(messages: list[Any]) -> ConsumeStatus:
+        seen.extend(m.body.decode() for m in messages)
+        if len(seen) >= expected:
+            done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, namesrv, listener=on_messages, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(TOPIC, "*")
+    await consumer.start()
+    try:
+        await asyncio.wait_for(done.wait(), 60)
+    finally:
+        await consumer.close()
+    return seen
+
+
+def _container_pid(cluster: K8sCluster, pod: dict[str, Any]) -> int:
+    """Host PID of the pod's (first) container, from containerd's task list."""
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    ctr = cluster.info["real_node"]["ctr"].split()
+    out = subprocess.run([*ctr, "tasks", "ls"], capture_output=True, text=True, check=True, timeout=30).stdout
+    for line in out.splitlines()[1:]:
+        task, pid, _status = line.split()
+        if task == container_id:
+            return int(pid)
+    raise AssertionError(f"no containerd task for {container_id}:\n{out}")
+
+
+def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster, tmp_path: Path) -> None:
+    cluster = k8s_real_node
+    ns = f"e2e-real-node-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    cluster.wait_for(
+        f"ServiceAccount {ns}/default",
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
+    )
+    data = tmp_path / "broker-data"
+    try:
+        namesrv_args = ["namesrv", f"--listen=0.0.0.0:{NAMESRV_PORT}", "--metrics-listen="]
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "namesrv"},
+                "spec": {"selector": {"app": "namesrv"}, "ports": [{"name": "grpc", "port": NAMESRV_PORT}]},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "namesrv", "labels": {"app": "namesrv"}},
+                "spec": _on_real_node(
+                    cluster, {"containers": [_server("namesrv", NAMESRV_PORT, namesrv_args)]}, []
+                ),
+            },
+            namespace=ns,
+        )
+        started = time.monotonic()
+        namesrv_pod = _wait_ready(cluster, ns, "namesrv")
+        namesrv_ready_s = time.monotonic() - started
+        cluster_ip = cluster.get_json("service", "namesrv", "-n", ns)["spec"]["clusterIP"]
+
+        storage_class = f"{ns}-hostpath"
+        broker_args = [
+            "broker",
+            f"--listen=0.0.0.0:{BROKER_PORT}",
+            "--metrics-listen=",
+            f"--namesrv={cluster_ip}:{NAMESRV_PORT}",  # through kube-proxy's DNAT
+            "--broker-name=broker-a",
+            "--broker-id=0",
+            "--data-dir=/var/lib/orbitmq/data",
+            "--segment-bytes=16777216",  # 16 MiB: small, still holds a max-size message
+            f"--advertise-addr=$(POD_IP):{BROKER_PORT}",
+        ]
+        broker = _server(
+            "broker", BROKER_PORT, broker_args, [{"name": "data", "mountPath": "/var/lib/orbitmq"}]
+        )
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{ns}-broker-data"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": storage_class,
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(data), "type": "DirectoryOrCreate"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": [cluster.info["real_node"]["name"]],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        )
+        cluster.apply(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "broker"},
+                "spec": {
+                    "serviceName": "broker",
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": "broker"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "broker"}},
+                        "spec": _on_real_node(cluster, {"containers": [broker]}, []),
+                    },
+                    "volumeClaimTemplates": [
+                        {
+                            "metadata": {"name": "data"},
+                            "spec": {
+                                "accessModes": ["ReadWriteOnce"],
+                                "storageClassName": storage_class,
+                                "resources": {"requests": {"storage": "1Gi"}},
+                            },
+                        }
+                    ],
+                },
+            },
+            namespace=ns,
+        )
+        started = time.monotonic()
+        broker_pod = _wait_ready(cluster, ns, "broker-0")
+        broker_ready_s = time.monotonic() - started
+        pvc = cluster.get_json("pvc", "data-broker-0", "-n", ns)
+        assert pvc["status"]["phase"] == "Bound" and pvc["spec"]["volumeName"] == f"{ns}-broker-data"
+
+        # The client runs here on the host: the name server's pod IP is reachable over the bridge,
+        # and the route it returns names the broker by its pod IP.
+        namesrv = f"{namesrv_pod['status']['podIP']}:{NAMESRV_PORT}"
+        before = [f"before-{i}" for i in range(20)]
+        asyncio.run(_produce(namesrv, before))
+        assert sorted(asyncio.run(_consume(namesrv, "real-node-group-1", len(before)))) == sorted(before)
+        assert list((data / "data").iterdir()), "the broker wrote nothing to its PersistentVolume"
+
+        pid = _container_pid(cluster, broker_pod)
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        restarted = _wait_ready(cluster, ns, "broker-0", restarts=1)
+        restart_ready_s = time.monotonic() - killed
+        assert restarted["status"]["containerStatuses"][0]["restartCount"] >= 1
+        assert restarted["status"]["podIP"] == broker_pod["status"]["podIP"]  # same sandbox
+
+        after = ["after-0", "after-1"]
+        asyncio.run(_produce(namesrv, after))
+        seen = asyncio.run(_consume(namesrv, "real-node-group-2", len(before) + len(after)))
+        assert sorted(seen) == sorted(before + after)  # the commit log survived on the PV
+        print(
+            f"\nreal node: name server Ready {namesrv_ready_s:.1f}s, broker Ready {broker_ready_s:.1f}s "
+            f"after apply; broker SIGKILLed -> restarted and Ready in {restart_ready_s:.1f}s"
+        )
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", f"{ns}-broker-data", "--wait=false", check=False)
