@@ -609,4 +609,5 @@ def teardown(
     with contextlib.suppress(OSError, ValueError):
         if Path(json.loads(OWNER_RECORD.read_text())["state"]) == state:
             OWNER_RECORD.unlink()
+            OWNER_RECORD.parent.rmdir()
     return done
