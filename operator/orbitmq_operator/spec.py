@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from orbitmq.common.names import GROUP_NAME_MAX_LENGTH, NAME_RULE, TOPIC_NAME_MAX_LENGTH
+from orbitmq.store.config import FlushMode
 
 GROUP = "orbitmq.io"
 VERSION = "v1alpha1"
@@ -68,11 +69,6 @@ class Resources(_Spec):
 
     requests: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCE_NAMES)
     limits: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCE_NAMES)
-
-
-class FlushMode(StrEnum):
-    ASYNC_FLUSH = "ASYNC_FLUSH"
-    SYNC_FLUSH = "SYNC_FLUSH"
 
 
 class ReplicationMode(StrEnum):

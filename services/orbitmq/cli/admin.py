@@ -211,18 +211,9 @@ def topic_create(
 ) -> None:
     """Create a topic. An existing topic is left as it is and shown (exit status 1 if it differs
     from what was asked); --update changes it."""
+    where = {"cluster": cluster, "broker_addr": broker_addr, "force": force}
     reports = run_admin(
-        lambda a: a.create_topic(
-            topic,
-            read_queue_nums=asked["read_queues"],
-            write_queue_nums=asked["write_queues"],
-            perm=asked["perm"],
-            order=asked["order"],
-            cluster=cluster,
-            broker_addr=broker_addr,
-            update_existing=update_existing,
-            force=force,
-        ),
+        lambda a: a.create_topic(topic, **_topic_settings(asked), **where, update_existing=update_existing),
         namesrv,
     )
     _emit_changes(topic, reports, as_json, asked)
@@ -235,17 +226,22 @@ def topic_create(
         )
 
 
+def _topic_settings(asked: dict[str, Any]) -> dict[str, Any]:
+    """The command's topic options as the Admin API names them (None: not given)."""
+    return {
+        "read_queue_nums": asked["read_queues"],
+        "write_queue_nums": asked["write_queues"],
+        "perm": asked["perm"],
+        "order": asked["order"],
+    }
+
+
 def _differs_from_asked(report: TopicChangeReport, asked: dict[str, Any]) -> bool:
     """Whether an existing topic differs in a setting the user gave (defaults do not count)."""
     if report.change.outcome != TopicChangeOutcome.TOPIC_EXISTS_DIFFERENT:
         return False
+    given = {**_topic_settings(asked), "order": asked["order"] or None}  # create's --order is a flag
     before = report.change.before
-    given = {
-        "read_queue_nums": asked["read_queues"],
-        "write_queue_nums": asked["write_queues"],
-        "perm": asked["perm"],
-        "order": asked["order"] or None,
-    }
     return any(value is not None and getattr(before, name) != value for name, value in given.items())
 
 
@@ -267,19 +263,8 @@ def topic_update(
         raise click.UsageError(
             "give at least one of --read-queues, --write-queues, --perm, --order/--no-order"
         )
-    reports = run_admin(
-        lambda a: a.update_topic(
-            topic,
-            read_queue_nums=asked["read_queues"],
-            write_queue_nums=asked["write_queues"],
-            perm=asked["perm"],
-            order=asked["order"],
-            cluster=cluster,
-            broker_addr=broker_addr,
-            force=force,
-        ),
-        namesrv,
-    )
+    where = {"cluster": cluster, "broker_addr": broker_addr, "force": force}
+    reports = run_admin(lambda a: a.update_topic(topic, **_topic_settings(asked), **where), namesrv)
     _emit_changes(topic, reports, as_json)
 
 
