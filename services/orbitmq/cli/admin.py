@@ -447,7 +447,7 @@ def cluster_list(namesrv: str, as_json: bool) -> None:
 
 @admin.group("broker")
 def broker() -> None:
-    """Broker runtime information."""
+    """Broker runtime information; draining a broker group (write permission, backlog)."""
 
 
 @broker.command("status")
@@ -467,6 +467,43 @@ def broker_status(namesrv: str, as_json: bool, address: str | None) -> None:
     for target, entries in statuses.items():
         click.echo(f"== {target}")
         emit_object(entries, False)
+
+
+_BROKER_NAME_OPTION = click.option("--broker-name", required=True, help="Broker group name, e.g. broker-b.")
+
+
+@broker.command("wipe-write-perm")
+@_BROKER_NAME_OPTION
+@common
+def broker_wipe_write_perm(namesrv: str, as_json: bool, broker_name: str) -> None:
+    """Stop producers sending to a broker group, on every name server (RocketMQ wipeWritePerm).
+
+    Consumers keep reading its queues, so its backlog drains (see ``broker backlog``). Name
+    servers keep this in memory only: after a name-server restart, run it again.
+    """
+    counts = run_admin(lambda a: a.wipe_write_perm(broker_name), namesrv)
+    rows = [{"namesrv": address, "wiped_topics": count} for address, count in counts.items()]
+    emit_rows(rows, ["namesrv", "wiped_topics"], as_json)
+
+
+@broker.command("add-write-perm")
+@_BROKER_NAME_OPTION
+@common
+def broker_add_write_perm(namesrv: str, as_json: bool, broker_name: str) -> None:
+    """Let producers send to a broker group again, on every name server (RocketMQ addWritePerm)."""
+    counts = run_admin(lambda a: a.add_write_perm(broker_name), namesrv)
+    rows = [{"namesrv": address, "restored_topics": count} for address, count in counts.items()]
+    emit_rows(rows, ["namesrv", "restored_topics"], as_json)
+
+
+@broker.command("backlog")
+@_BROKER_NAME_OPTION
+@common
+def broker_backlog(namesrv: str, as_json: bool, broker_name: str) -> None:
+    """Messages on a broker group that consumer groups have not consumed yet (none: drained)."""
+    backlog = run_admin(lambda a: a.broker_backlog(broker_name), namesrv)
+    rows = [{"group": group, "topic": topic, "lag": lag} for (group, topic), lag in sorted(backlog.items())]
+    emit_rows(rows, ["group", "topic", "lag"], as_json)
 
 
 @admin.group("message")

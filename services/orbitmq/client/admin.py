@@ -347,6 +347,56 @@ class Admin:
             raise _unknown_group(group)
         return replies
 
+    # -- draining a broker group ---------------------------------------------------------------
+
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Stop producers sending to broker group ``broker_name`` (RocketMQ's wipeWritePerm):
+        every name server routes its topics without WRITE, consumers keep reading them. Returns
+        per name-server address how many topics it made read-only (0 where already wiped)."""
+        request = nameserver_pb2.WipeWritePermRequest(broker_name=broker_name)
+        replies = await self._channels.namesrv_call_each("WipeWritePerm", request)
+        return {address: reply.wipe_topic_count for address, reply in replies.items()}  # type: ignore[attr-defined]
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Undo :meth:`wipe_write_perm` on every name server; topics writable again by address."""
+        request = nameserver_pb2.AddWritePermRequest(broker_name=broker_name)
+        replies = await self._channels.namesrv_call_each("AddWritePerm", request)
+        return {address: reply.add_topic_count for address, reply in replies.items()}  # type: ignore[attr-defined]
+
+    async def broker_backlog(self, broker_name: str) -> dict[tuple[str, str], int]:
+        """Messages on broker group ``broker_name`` not yet consumed, by (consumer group, topic),
+        only where some are left: empty means every consumer group has drained it.
+
+        Asked of the group's master: each subscription group it knows, over every topic that
+        group has consumed there (retry topics included). A topic a group never consumed on
+        this broker has no offset to measure and is not counted (as in RocketMQ's consumeStats).
+        """
+        info = await self.cluster_info()
+        data = info.broker_addr_table.get(broker_name)
+        if data is None or MASTER_ID not in data.broker_addrs:
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE,
+                f"broker group {broker_name!r} has no registered master: its backlog cannot be read",
+                broker_name=broker_name,
+            )
+        broker = self._channels.broker(data.broker_addrs[MASTER_ID])
+        listed = await broker.ListSubscriptionGroups(
+            broker_pb2.ListSubscriptionGroupsRequest(), timeout=QUERY_TIMEOUT_S
+        )
+        backlog: dict[tuple[str, str], int] = {}
+        for group in sorted({g.group_name for g in listed.groups}):
+            request = broker_pb2.GetConsumeStatsRequest(consumer_group=group)
+            try:
+                stats = await broker.GetConsumeStats(request, timeout=QUERY_TIMEOUT_S)
+            except grpc.aio.AioRpcError as error:
+                if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
+                    raise
+                continue
+            for queue in stats.queues:
+                if queue.lag > 0:
+                    backlog[group, queue.topic] = backlog.get((group, queue.topic), 0) + queue.lag
+        return backlog
+
     # -- brokers and messages ------------------------------------------------------------------
 
     async def broker_status(self, address: str) -> dict[str, str | int]:

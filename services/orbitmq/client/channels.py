@@ -95,6 +95,33 @@ class Channels:
             f"no name server answered ({'; '.join(failures)}); check --namesrv or {NAMESRV_ENV}",
         )
 
+    async def namesrv_call_each(
+        self, method: str, request: object, timeout_s: float = 5
+    ) -> dict[str, object]:
+        """Call a NameServer method on every configured name server; replies by address.
+
+        For changes each name server must hold (they never tell each other anything, RocketMQ's
+        mqadmin calls each too): one that cannot be reached fails the call, naming it, after
+        the others were asked, so a retry finishes the job.
+        """
+        replies: dict[str, object] = {}
+        failures: list[str] = []
+        for address in self.namesrv_addrs:
+            try:
+                call = getattr(self._namesrv_stub(address), method)
+                replies[address] = await call(request, timeout=timeout_s)
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in _UNREACHABLE:
+                    raise
+                failures.append(f"{address} {error.code().name.lower()}")
+        if failures:
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE,
+                f"NameServer.{method} reached {len(replies)} of {len(self.namesrv_addrs)} name servers "
+                f"({'; '.join(failures)}); retry once they answer",
+            )
+        return replies
+
     async def close(self) -> None:
         for channel in self._channels.values():
             await channel.close()

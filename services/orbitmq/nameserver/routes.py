@@ -12,7 +12,15 @@ Only a master's registration says what queues a broker group serves: a slave cop
 topics from the master, so its registration refreshes liveness and addresses only. A broker
 group without a master takes no writes, so losing the master (expiry, unregistration, or the
 address coming back under a slave id) drops the group's queue data; losing the last address
-drops the group. The table never does I/O: the servicer turns requests into
+drops the group.
+
+Write permission of a broker group can be wiped (RocketMQ's ``wipeWritePerm``, the first step
+of draining a group before it is removed): the table keeps the perm each broker registers and
+remembers the wiped broker names apart, masking WRITE off when a route is read. A master
+re-registers every 30 s with its own perm (6), so storing a masked perm would be undone at the
+next heartbeat; masking at read time survives that, a restart of the broker and even the
+group expiring, and :meth:`RouteTable.add_write_perm` restores exactly what the broker says.
+The table never does I/O: the servicer turns requests into
 :class:`Registration` values and results into protos, the server runs :meth:`RouteTable.expire`.
 """
 
@@ -20,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from orbitmq.common.clock import Clock
@@ -30,6 +38,8 @@ log = logging.getLogger(__name__)
 
 MASTER_ID = 0
 """Broker id of a broker group's master; slaves have ids 1 and up."""
+PERM_WRITE = 2
+"""The WRITE bit of a topic's permission (READ 4, WRITE 2, INHERIT 1)."""
 DEFAULT_BROKER_EXPIRY_MS = 120_000
 """A broker silent this long is dropped: four missed 30 s heartbeats (RocketMQ's default)."""
 
@@ -172,6 +182,7 @@ class RouteTable:
         self._groups: dict[str, _BrokerGroup] = {}
         self._topics: dict[str, dict[str, QueueData]] = {}
         self._live: dict[str, BrokerLive] = {}
+        self._write_wiped: set[str] = set()
 
     # -- changes -------------------------------------------------------------------------------
 
@@ -274,6 +285,28 @@ class RouteTable:
         """Remove a topic from the routes (after it was deleted on the brokers)."""
         return self._topics.pop(topic, None) is not None
 
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Route ``broker_name``'s topics without WRITE from now on, whatever it registers;
+        returns how many of its topics were writable in the routes (0 when already wiped)."""
+        count = 0 if broker_name in self._write_wiped else self._writable_topics(broker_name)
+        self._write_wiped.add(broker_name)
+        log.info("write permission wiped: broker %s (%s topics)", broker_name, count)
+        return count
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """Undo :meth:`wipe_write_perm`; returns how many topics are writable again (0 when
+        the broker name was not wiped)."""
+        if broker_name not in self._write_wiped:
+            return 0
+        self._write_wiped.discard(broker_name)
+        count = self._writable_topics(broker_name)
+        log.info("write permission restored: broker %s (%s topics)", broker_name, count)
+        return count
+
+    def write_wiped(self) -> frozenset[str]:
+        """Broker names whose write permission is wiped."""
+        return frozenset(self._write_wiped)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def route(self, topic: str) -> TopicRoute | None:
@@ -299,7 +332,7 @@ class RouteTable:
             }
             if not addrs:
                 continue
-            queue_datas.append(per_broker[name])
+            queue_datas.append(self._routed(per_broker[name]))
             broker_datas.append(BrokerData(group.cluster, name, addrs))
         if not queue_datas:
             return None
@@ -345,6 +378,18 @@ class RouteTable:
                 f"{reg.epoch}, older than the live master {current} at epoch {live.epoch}; "
                 f"rejoin as a slave (broker id >= 1)"
             )
+
+    def _routed(self, queue_data: QueueData) -> QueueData:
+        if queue_data.broker_name in self._write_wiped and queue_data.perm & PERM_WRITE:
+            return replace(queue_data, perm=queue_data.perm & ~PERM_WRITE)
+        return queue_data
+
+    def _writable_topics(self, broker_name: str) -> int:
+        return sum(
+            1
+            for per_broker in self._topics.values()
+            if (q := per_broker.get(broker_name)) is not None and q.perm & PERM_WRITE
+        )
 
     def _group_for(self, cluster: str, broker_name: str) -> _BrokerGroup:
         group = self._groups.get(broker_name)

@@ -172,6 +172,22 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
         self._table.delete_topic(validate_topic_name(request.topic))
         return nameserver_pb2.DeleteTopicInNameServerResponse()
 
+    async def WipeWritePerm(
+        self, request: nameserver_pb2.WipeWritePermRequest, context: grpc.aio.ServicerContext
+    ) -> nameserver_pb2.WipeWritePermResponse:
+        # A broker name not registered (yet) is accepted: a drain may start while its master
+        # restarts, and the wipe must hold when it registers again.
+        _check_broker_name("broker_name", request.broker_name)
+        count = self._table.wipe_write_perm(request.broker_name)
+        return nameserver_pb2.WipeWritePermResponse(wipe_topic_count=count)
+
+    async def AddWritePerm(
+        self, request: nameserver_pb2.AddWritePermRequest, context: grpc.aio.ServicerContext
+    ) -> nameserver_pb2.AddWritePermResponse:
+        _check_broker_name("broker_name", request.broker_name)
+        count = self._table.add_write_perm(request.broker_name)
+        return nameserver_pb2.AddWritePermResponse(add_topic_count=count)
+
 
 # -- conversions -----------------------------------------------------------------------------
 

@@ -136,3 +136,27 @@ class DeleteTopicInNameServerRequest(_message.Message):
 class DeleteTopicInNameServerResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class WipeWritePermRequest(_message.Message):
+    __slots__ = ("broker_name",)
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+
+class WipeWritePermResponse(_message.Message):
+    __slots__ = ("wipe_topic_count",)
+    WIPE_TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    wipe_topic_count: int
+    def __init__(self, wipe_topic_count: _Optional[int] = ...) -> None: ...
+
+class AddWritePermRequest(_message.Message):
+    __slots__ = ("broker_name",)
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+
+class AddWritePermResponse(_message.Message):
+    __slots__ = ("add_topic_count",)
+    ADD_TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    add_topic_count: int
+    def __init__(self, add_topic_count: _Optional[int] = ...) -> None: ...

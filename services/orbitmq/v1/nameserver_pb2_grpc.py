@@ -65,6 +65,16 @@ class NameServerStub:
                 request_serializer=orbitmq_dot_v1_dot_nameserver__pb2.DeleteTopicInNameServerRequest.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.DeleteTopicInNameServerResponse.FromString,
                 _registered_method=True)
+        self.WipeWritePerm = channel.unary_unary(
+                '/orbitmq.v1.NameServer/WipeWritePerm',
+                request_serializer=orbitmq_dot_v1_dot_nameserver__pb2.WipeWritePermRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.WipeWritePermResponse.FromString,
+                _registered_method=True)
+        self.AddWritePerm = channel.unary_unary(
+                '/orbitmq.v1.NameServer/AddWritePerm',
+                request_serializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermResponse.FromString,
+                _registered_method=True)
 
 
 class NameServerServicer:
@@ -109,6 +119,23 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WipeWritePerm(self, request, context):
+        """Clear the WRITE bit of every topic of one broker group in the routes (RocketMQ's
+        wipeWritePerm): producers stop sending there, consumers keep reading its queues. The name
+        server remembers it across the group's re-registrations until AddWritePerm (not across its
+        own restart: it keeps no state on disk, so whoever drains asks every name server again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddWritePerm(self, request, context):
+        """Undo WipeWritePerm: the group's topics are routed with the permission the broker registers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NameServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +168,16 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.DeleteTopicInNameServerRequest.FromString,
                     response_serializer=orbitmq_dot_v1_dot_nameserver__pb2.DeleteTopicInNameServerResponse.SerializeToString,
+            ),
+            'WipeWritePerm': grpc.unary_unary_rpc_method_handler(
+                    servicer.WipeWritePerm,
+                    request_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.WipeWritePermRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_nameserver__pb2.WipeWritePermResponse.SerializeToString,
+            ),
+            'AddWritePerm': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddWritePerm,
+                    request_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -305,6 +342,60 @@ class NameServer:
             '/orbitmq.v1.NameServer/DeleteTopic',
             orbitmq_dot_v1_dot_nameserver__pb2.DeleteTopicInNameServerRequest.SerializeToString,
             orbitmq_dot_v1_dot_nameserver__pb2.DeleteTopicInNameServerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WipeWritePerm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.NameServer/WipeWritePerm',
+            orbitmq_dot_v1_dot_nameserver__pb2.WipeWritePermRequest.SerializeToString,
+            orbitmq_dot_v1_dot_nameserver__pb2.WipeWritePermResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddWritePerm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.NameServer/AddWritePerm',
+            orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermRequest.SerializeToString,
+            orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermResponse.FromString,
             options,
             channel_credentials,
             insecure,
