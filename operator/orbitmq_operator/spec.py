@@ -149,6 +149,18 @@ class BrokersSpec(_Spec):
     )
     storage: StorageSpec = Field(default_factory=StorageSpec)
     resources: Resources = Field(default_factory=Resources)
+    drain_timeout_s: int = Field(
+        default=3600,
+        ge=0,
+        description="How long a broker group removed by lowering groups may take to drain (its "
+        "consumers catching up after its write permission is wiped) before the cluster reports "
+        "Degraded/DrainStuck; it is kept, with its messages, until drained.",
+    )
+    discard_backlog_after_timeout: bool = Field(
+        default=False,
+        description="Remove a draining broker group after drainTimeoutS even with messages not "
+        "consumed (they are lost).",
+    )
     segment_mib: int = Field(
         default=1024,
         ge=5,
@@ -284,6 +296,15 @@ class BrokerGroupStatus(_Spec):
     writable: bool = False
 
 
+class DrainStatus(_Spec):
+    """A broker group being drained before its removal."""
+
+    name: str
+    started_at: str = Field(description="When its write permission was wiped (RFC 3339).")
+    lag: int = Field(default=0, description="Messages its consumer groups have not consumed yet.")
+    step: str = Field(default="Wait", description="Wait, Stuck or Remove.")
+
+
 class ClusterStatus(_Spec):
     observed_generation: int = 0
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
@@ -291,6 +312,7 @@ class ClusterStatus(_Spec):
     broker_groups_ready: int = Field(default=0, description="Groups with a writable master.")
     broker_groups: list[BrokerGroupStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
     namesrv_address: str = Field(default="", description="What clients give as --namesrv.")
+    drains: list[DrainStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
 
 
 class ResourceStatus(_Spec):

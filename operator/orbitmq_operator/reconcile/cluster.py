@@ -2,8 +2,10 @@
 
 The order is the builders' (name servers, then the brokers' ConfigMap, then each group), and a
 spec the builders refuse applies nothing: the last good objects keep running and the status
-says which field to fix. Broker groups beyond ``spec.brokers.groups`` are never deleted here:
-their messages would go with them, so they stay until drained (``DrainRequired``).
+says which field to fix. Broker groups beyond ``spec.brokers.groups`` are removed only once
+drained (:mod:`~orbitmq_operator.reconcile.drain`: ``Progressing``/``Draining``, or
+``Degraded``/``DrainStuck``); without a name-server address to drain through they are kept
+(``DrainRequired``).
 
 Observation reads the StatefulSets' ready replicas from the API and asks each running broker
 pod for its ``GetHaState`` at its pod IP; an operator that cannot reach the pods (out of the
@@ -13,6 +15,7 @@ cluster, a network policy) reports the groups as not writable rather than guessi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ from lightkube.resources.core_v1 import Pod
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names
 from orbitmq_operator.builders.changes import surplus_broker_groups
-from orbitmq_operator.reconcile import apply
+from orbitmq_operator.reconcile import apply, drain
 from orbitmq_operator.reconcile.cluster_status import (
     MemberState,
     Observed,
@@ -60,9 +63,16 @@ def now_rfc3339() -> str:
 
 
 async def reconcile_cluster(
-    client: AsyncClient, body: Mapping[str, Any], *, observe_brokers: bool = True
+    client: AsyncClient,
+    body: Mapping[str, Any],
+    *,
+    observe_brokers: bool = True,
+    namesrv: str | list[str] | None = None,
 ) -> Outcome:
-    """Apply ``body``'s cluster (only what changed) and compute its status from what runs."""
+    """Apply ``body``'s cluster (only what changed) and compute its status from what runs.
+
+    ``namesrv``: every name server of the cluster, through which surplus broker groups are
+    drained; None keeps them without draining (``DrainRequired``)."""
     previous = body.get("status") or {}
     meta = body["metadata"]
     try:
@@ -76,6 +86,13 @@ async def reconcile_cluster(
     result = await apply.apply_objects(client, cluster, desired, current)
     events = _apply_events(result)
     surplus = surplus_broker_groups(cluster, current.values())
+    drains = drain.DrainOutcome()
+    if namesrv is not None and (surplus or previous.get("drains")):
+        now = datetime.datetime.now(datetime.UTC)
+        before = previous.get("drains", [])
+        drains = await drain.reconcile_drains(client, cluster, surplus, before, namesrv, now)
+        events += [Event(reason, message, warning) for reason, message, warning in drains.events]
+        surplus = []
     if surplus:
         events.append(
             Event(
@@ -86,7 +103,10 @@ async def reconcile_cluster(
             )
         )
     observed = await observe(client, cluster, current, surplus, observe_brokers=observe_brokers)
-    return Outcome(cluster_status(cluster, observed, previous, now_rfc3339()), events, result)
+    observed = dataclasses.replace(observed, drains=tuple(drains.decisions))
+    status = cluster_status(cluster, observed, previous, now_rfc3339())
+    status["drains"] = drains.drains
+    return Outcome(status, events, result)
 
 
 def _apply_events(result: apply.ApplyResult) -> list[Event]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orbitmq_operator.builders import Cluster, namesrv_address
+from orbitmq_operator.builders.drain import DrainDecision, DrainStep
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.conditions import Reason, Verdict
 
@@ -50,7 +51,9 @@ class Observed:
     namesrv_ready: int
     groups: Sequence[ObservedGroup]
     surplus_groups: Sequence[int] = field(default_factory=tuple)
-    """Broker groups beyond ``spec.brokers.groups`` still present (kept until drained)."""
+    """Broker groups beyond ``spec.brokers.groups`` kept without a drain (no name servers)."""
+    drains: Sequence[DrainDecision] = field(default_factory=tuple)
+    """Groups being drained, and what the drain decided this time."""
 
 
 def group_status(group: ObservedGroup) -> dict[str, Any]:
@@ -77,6 +80,12 @@ def verdicts(cluster: Cluster, observed: Observed) -> list[Verdict]:
             )
         parts.append(f"{observed.namesrv_ready}/{observed.namesrv_replicas} name servers ready")
         return conditions.waiting(Reason.BROKERS_NOT_READY, "; ".join(parts))
+    stuck = [d.message for d in observed.drains if d.step is DrainStep.STUCK]
+    if stuck:
+        return conditions.degraded(Reason.DRAIN_STUCK, "; ".join(stuck))
+    waiting = [d.message for d in observed.drains if d.step is DrainStep.WAIT]
+    if waiting:
+        return conditions.progressing(Reason.DRAINING, "; ".join(waiting))
     if observed.surplus_groups:
         groups = ", ".join(str(g) for g in observed.surplus_groups)
         return conditions.degraded(

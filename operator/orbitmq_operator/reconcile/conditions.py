@@ -25,6 +25,8 @@ class Reason(StrEnum):
     BROKERS_NOT_READY = "BrokersNotReady"
     REPLICAS_NOT_READY = "ReplicasNotReady"
     DRAIN_REQUIRED = "DrainRequired"
+    DRAINING = "Draining"
+    DRAIN_STUCK = "DrainStuck"
     APPLY_FAILED = "ApplyFailed"
     CLUSTER_NOT_FOUND = "ClusterNotFound"
     BROKERS_UNREACHABLE = "BrokersUnreachable"
@@ -89,6 +91,15 @@ def waiting(reason: Reason, message: str) -> list[Verdict]:
     not ready, progressing, not degraded — nothing for the user to fix yet."""
     return [
         Verdict(ConditionType.READY, False, reason, message),
+        Verdict(ConditionType.PROGRESSING, True, reason, message),
+        Verdict(ConditionType.DEGRADED, False, reason, ""),
+    ]
+
+
+def progressing(reason: Reason, message: str) -> list[Verdict]:
+    """Serving while the operator works toward the spec (a broker group draining)."""
+    return [
+        Verdict(ConditionType.READY, True, reason, message),
         Verdict(ConditionType.PROGRESSING, True, reason, message),
         Verdict(ConditionType.DEGRADED, False, reason, ""),
     ]
