@@ -2,8 +2,9 @@
 cluster in this process (name server + two broker groups): the surplus group's write
 permission is wiped, the cluster waits (Draining) while consumer groups lag on it, its objects
 are deleted once drained; a drain past its bound is stuck with nothing deleted; a group wanted
-again gets its write permission back. Kubernetes is not running here: deletions go to a
-recorder with lightkube's ``delete`` signature."""
+again gets its write permission back. The group's Kubernetes objects live in the test bed's
+real API server (nothing runs in kwok's pods, so the brokers run here) and the drain deletes
+them through a real lightkube client."""
 
 from __future__ import annotations
 
@@ -12,36 +13,52 @@ import datetime
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from lightkube import AsyncClient
+from k8s_testbed_support import E2E_TIMEOUT, K8sCluster
+from lightkube import AsyncClient, KubeConfig
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "integration" / "client"))
 from clusterkit import FAST, Cluster, Collector, start_cluster
 
 from orbitmq.client import Admin, Message, Producer, PushConsumer
 from orbitmq.client.consumer_types import ConsumeFromWhere
 from orbitmq_operator.builders import Cluster as ClusterModel
+from orbitmq_operator.builders import desired_objects
 from orbitmq_operator.builders.drain import DrainStep
 from orbitmq_operator.reconcile.drain import reconcile_drains
 from orbitmq_operator.spec import ClusterSpec
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, E2E_TIMEOUT]
+GROUP_KINDS = ("StatefulSet", "Service", "PodDisruptionBudget")
 CLUSTER = "demo"
 TOPIC = "Orders"
 GROUP = "Billing"
 REGISTER_MS = 200
 
 
-class DeletionRecorder:
-    """What the drain deleted, as (kind, name, namespace)."""
+def create_group_objects(k8s: K8sCluster, namespace: str) -> None:
+    """demo-broker-1's StatefulSet, Service and PDB as the operator would have applied them,
+    without their owner reference (no OrbitMQCluster exists here for the garbage collector)."""
+    for manifest in desired_objects(model(namespace, groups=2)):
+        if manifest["kind"] in GROUP_KINDS and manifest["metadata"]["name"] == "demo-broker-1":
+            manifest["metadata"].pop("ownerReferences", None)
+            k8s.apply(manifest)
 
-    def __init__(self) -> None:
-        self.deleted: list[tuple[str, str, str]] = []
 
-    async def delete(self, kind: type, name: str, *, namespace: str) -> None:
-        self.deleted.append((kind.__name__, name, namespace))
+def group_objects(k8s: K8sCluster, namespace: str) -> list[tuple[str, str]]:
+    items = k8s.get_json("statefulsets,services,poddisruptionbudgets", "-n", namespace)["items"]
+    return sorted(
+        (i["kind"], i["metadata"]["name"]) for i in items if i["metadata"]["name"] == "demo-broker-1"
+    )
+
+
+@pytest.fixture
+async def client(k8s_cluster: K8sCluster) -> AsyncIterator[AsyncClient]:
+    api = AsyncClient(config=KubeConfig.from_file(k8s_cluster.kubeconfig))
+    yield api
+    await api.close()
 
 
 @pytest.fixture
@@ -59,9 +76,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     await running.close()
 
 
-def model(**brokers: Any) -> ClusterModel:
+def model(namespace: str, **brokers: Any) -> ClusterModel:
     spec = ClusterSpec.model_validate({"image": "orbitmq:1.0", "brokers": {"groups": 1, **brokers}})
-    return ClusterModel(CLUSTER, "mq", "uid", spec)
+    return ClusterModel(CLUSTER, namespace, "uid", spec)
 
 
 async def send(cluster: Cluster, count: int) -> set[str]:
@@ -89,15 +106,18 @@ def later(seconds: float) -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
 
 
-async def test_drained_group_is_removed_only_after_its_backlog_is_consumed(cluster: Cluster) -> None:
+async def test_drained_group_is_removed_only_after_its_backlog_is_consumed(
+    cluster: Cluster, client: AsyncClient, k8s_cluster: K8sCluster, namespace: str
+) -> None:
+    create_group_objects(k8s_cluster, namespace)
+    everything = [(kind, "demo-broker-1") for kind in sorted(GROUP_KINDS)]
+    assert group_objects(k8s_cluster, namespace) == everything
     collector = Collector()
     assert await send(cluster, 8) == {"demo-broker-0", "demo-broker-1"}
     await consume(cluster, collector, 8)
     await send(cluster, 8)  # a backlog on both groups
-    recorder = DeletionRecorder()
-    client = cast(AsyncClient, recorder)
 
-    first = await reconcile_drains(client, model(), [1], [], cluster.address, later(0), grace_s=0)
+    first = await reconcile_drains(client, model(namespace), [1], [], cluster.address, later(0), grace_s=0)
     [decision] = first.decisions
     assert decision.step is DrainStep.WAIT and decision.lag > 0
     assert f"{GROUP}/{TOPIC}" in decision.message
@@ -105,37 +125,40 @@ async def test_drained_group_is_removed_only_after_its_backlog_is_consumed(clust
     assert first.events[0][0] == "Draining"
     await asyncio.sleep(3 * REGISTER_MS / 1000)  # demo-broker-1 re-registers meanwhile
     assert await send(cluster, 10) == {"demo-broker-0"}, "producers no longer send to the draining group"
-    assert recorder.deleted == []
+    assert group_objects(k8s_cluster, namespace) == everything
 
     await consume(cluster, collector, 8 + 8 + 10)
     await asyncio.sleep(1.5)  # the consumer's offsets reach the broker (FAST persists every 0.5 s)
-    done = await reconcile_drains(client, model(), [1], first.drains, cluster.address, later(1), grace_s=0)
+    done = await reconcile_drains(
+        client, model(namespace), [1], first.drains, cluster.address, later(1), grace_s=0
+    )
     assert done.drains == [] and done.decisions == []
-    assert recorder.deleted == [
-        ("StatefulSet", "demo-broker-1", "mq"),
-        ("Service", "demo-broker-1", "mq"),
-        ("PodDisruptionBudget", "demo-broker-1", "mq"),
-    ]
+    assert group_objects(k8s_cluster, namespace) == [], "the drained group's objects are deleted"
     assert [reason for reason, _, _ in done.events] == ["Removed"]
 
 
-async def test_stuck_drain_deletes_nothing_and_scaling_up_restores_writes(cluster: Cluster) -> None:
+async def test_stuck_drain_deletes_nothing_and_scaling_up_restores_writes(
+    cluster: Cluster, client: AsyncClient, k8s_cluster: K8sCluster, namespace: str
+) -> None:
+    create_group_objects(k8s_cluster, namespace)
+    everything = group_objects(k8s_cluster, namespace)
     collector = Collector()
     await send(cluster, 8)
     await consume(cluster, collector, 8)
     await send(cluster, 8)
-    recorder = DeletionRecorder()
-    client = cast(AsyncClient, recorder)
-    bounded = model(drainTimeoutS=60)
+    bounded = model(namespace, drainTimeoutS=60)
 
     first = await reconcile_drains(client, bounded, [1], [], cluster.address, later(0), grace_s=0)
     stuck = await reconcile_drains(client, bounded, [1], first.drains, cluster.address, later(61), grace_s=0)
     [decision] = stuck.decisions
     assert decision.step is DrainStep.STUCK and f"{GROUP}/{TOPIC}" in decision.message
-    assert stuck.drains[0]["step"] == "Stuck" and recorder.deleted == []
+    assert stuck.drains[0]["step"] == "Stuck"
+    assert group_objects(k8s_cluster, namespace) == everything
     assert [reason for reason, _, _ in stuck.events] == ["DrainStuck"]
 
-    back = await reconcile_drains(client, model(groups=2), [], stuck.drains, cluster.address, later(62))
+    back = await reconcile_drains(
+        client, model(namespace, groups=2), [], stuck.drains, cluster.address, later(62)
+    )
     assert back.drains == [] and [reason for reason, _, _ in back.events] == ["DrainCancelled"]
     assert await send(cluster, 8) == {"demo-broker-0", "demo-broker-1"}
-    assert recorder.deleted == []
+    assert group_objects(k8s_cluster, namespace) == everything
