@@ -17,15 +17,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError
 
 from orbitmq_operator import metrics
-from orbitmq_operator.builders import Cluster, SpecError, names
-from orbitmq_operator.config import NamesrvMode, OperatorConfig
+from orbitmq_operator.config import OperatorConfig
 from orbitmq_operator.handlers import events
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.cluster import Outcome, now_rfc3339, reconcile_cluster
 from orbitmq_operator.reconcile.conditions import Reason
+from orbitmq_operator.reconcile.namesrv import drain_namesrvs
 from orbitmq_operator.spec import GROUP, VERSION
 
 PLURAL = "orbitmqclusters"
@@ -44,30 +44,6 @@ def write_status(patch: kopf.Patch, current: Mapping[str, Any] | None, status: M
     for key, value in status.items():
         if (current or {}).get(key) != value:
             patch.status[key] = value
-
-
-async def drain_namesrvs(
-    client: AsyncClient, config: OperatorConfig, body: Mapping[str, Any]
-) -> str | list[str] | None:
-    """Every name server of the cluster, as the operator reaches them: a write-permission wipe
-    must reach each (they do not share state), so in ``service`` mode not the load-balanced
-    Service but each pod's DNS name. None (no drain this time) when no name-server pod runs."""
-    # handlers.resources imports this module (the resync interval): import it at call time.
-    from orbitmq_operator.handlers.resources import ResourceRefused, namesrv_for
-
-    meta = body["metadata"]
-    if config.namesrv_mode is NamesrvMode.SERVICE and f"{meta['namespace']}/{meta['name']}" not in (
-        config.namesrv_overrides
-    ):
-        try:
-            replicas = Cluster.from_resource(body).spec.name_servers.replicas
-        except SpecError:
-            return None  # reconcile_cluster reports the invalid spec
-        return names.namesrv_pod_addresses(meta["name"], meta["namespace"], replicas)
-    try:
-        return await namesrv_for(client, config, body)
-    except ResourceRefused:
-        return None
 
 
 async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger) -> None:

@@ -25,16 +25,15 @@ from typing import Any
 import kopf
 from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.core_v1 import Pod
 
 from orbitmq_operator import metrics
-from orbitmq_operator.builders import Cluster, names, namesrv_address
-from orbitmq_operator.config import NamesrvMode, OperatorConfig
+from orbitmq_operator.config import OperatorConfig
 from orbitmq_operator.handlers import events
 from orbitmq_operator.handlers.clusters import RESYNC_S, write_status
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.cluster import now_rfc3339
 from orbitmq_operator.reconcile.conditions import Reason, Verdict
+from orbitmq_operator.reconcile.namesrv import namesrv_for
 from orbitmq_operator.reconcile.resources import (
     Applied,
     ResourceRefused,
@@ -62,29 +61,6 @@ async def find_cluster(client: AsyncClient, namespace: str, name: str) -> Mappin
         raise
     body = found.to_dict()
     return None if body["metadata"].get("deletionTimestamp") else body
-
-
-async def namesrv_for(
-    client: AsyncClient, config: OperatorConfig, cluster: Mapping[str, Any]
-) -> str | list[str]:
-    """Where the operator reaches the cluster's name servers (see :class:`OperatorConfig`)."""
-    meta = cluster["metadata"]
-    override = config.namesrv_overrides.get(f"{meta['namespace']}/{meta['name']}")
-    if override:
-        return override.split(";")
-    if config.namesrv_mode is NamesrvMode.POD_IP:
-        selector = names.selector_labels(meta["name"], names.NAMESRV)
-        ips = [
-            f"{pod.status.podIP}:{names.NAMESRV_PORT}"
-            async for pod in client.list(Pod, namespace=meta["namespace"], labels=selector)
-            if pod.status is not None and pod.status.phase == "Running" and pod.status.podIP
-        ]
-        if not ips:
-            raise ResourceRefused(
-                Reason.BROKERS_UNREACHABLE, f"no name-server pod of {meta['name']} is running"
-            )
-        return ips
-    return namesrv_address(Cluster.from_resource(cluster))
 
 
 Apply = Callable[[str | list[str], Any, str], Awaitable[Applied]]
