@@ -22,8 +22,8 @@ from lightkube import ApiError
 from orbitmq_operator import metrics
 from orbitmq_operator.config import OperatorConfig
 from orbitmq_operator.handlers import events
-from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.cluster import Outcome, now_rfc3339, reconcile_cluster
+from orbitmq_operator.reconcile.cluster_status import apply_failed_status
 from orbitmq_operator.reconcile.conditions import Reason
 from orbitmq_operator.reconcile.namesrv import drain_namesrvs
 from orbitmq_operator.spec import GROUP, VERSION
@@ -56,14 +56,8 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
         except ApiError as error:
             metrics.RECONCILE_ERRORS.labels(KIND, Reason.APPLY_FAILED).inc()
             message = f"the API server refused an object: {error.status.message}"
-            verdicts = conditions.waiting(Reason.APPLY_FAILED, message)
             generation = int(body.metadata.get("generation") or 0)
-            status = {
-                "observedGeneration": generation,
-                "conditions": conditions.conditions(
-                    verdicts, (body.status or {}).get("conditions", []), generation, now_rfc3339()
-                ),
-            }
+            status = apply_failed_status(message, generation, body.status, now_rfc3339())
             write_status(patch, body.status, status)
             events.warning(body, Reason.APPLY_FAILED, message)
             raise kopf.TemporaryError(message, delay=10) from error

@@ -113,10 +113,7 @@ def cluster_status(
     """The whole ``status`` of an applied cluster (camelCase, as the CRD stores it)."""
     groups = [group_status(g) for g in observed.groups]
     return {
-        "observedGeneration": cluster.generation,
-        "conditions": conditions.conditions(
-            verdicts(cluster, observed), (previous or {}).get("conditions", []), cluster.generation, now
-        ),
+        **conditions.generation_status(verdicts(cluster, observed), cluster.generation, previous, now),
         "nameServersReady": observed.namesrv_ready,
         "brokerGroupsReady": sum(1 for g in groups if g["writable"]),
         "brokerGroups": groups,
@@ -129,12 +126,16 @@ def invalid_status(
 ) -> dict[str, Any]:
     """A spec the operator refuses: the conditions say why; the rest of the status (the groups
     of the last good spec, still running) is left as it was."""
-    return {
-        "observedGeneration": generation,
-        "conditions": conditions.conditions(
-            conditions.refused(Reason.INVALID_SPEC, message),
-            (previous or {}).get("conditions", []),
-            generation,
-            now,
-        ),
-    }
+    return conditions.generation_status(
+        conditions.refused(Reason.INVALID_SPEC, message), generation, previous, now
+    )
+
+
+def apply_failed_status(
+    message: str, generation: int, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The API server refused an object: retried (``Progressing``), the rest of the status as
+    it was."""
+    return conditions.generation_status(
+        conditions.waiting(Reason.APPLY_FAILED, message), generation, previous, now
+    )

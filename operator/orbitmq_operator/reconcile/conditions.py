@@ -77,51 +77,53 @@ def conditions(
     return out
 
 
+def _verdicts(
+    reason: Reason, message: str, *, ready: bool, progressing: bool, degraded: bool
+) -> list[Verdict]:
+    """The three conditions with one reason; a ``Degraded`` that is False says nothing."""
+    return [
+        Verdict(ConditionType.READY, ready, reason, message),
+        Verdict(ConditionType.PROGRESSING, progressing, reason, message),
+        Verdict(ConditionType.DEGRADED, degraded, reason, message if degraded else ""),
+    ]
+
+
 def ready(reason: Reason, message: str) -> list[Verdict]:
     """All is as the spec says: Ready, not progressing, not degraded."""
-    return [
-        Verdict(ConditionType.READY, True, reason, message),
-        Verdict(ConditionType.PROGRESSING, False, reason, message),
-        Verdict(ConditionType.DEGRADED, False, reason, ""),
-    ]
+    return _verdicts(reason, message, ready=True, progressing=False, degraded=False)
 
 
 def waiting(reason: Reason, message: str) -> list[Verdict]:
     """Applied, and waiting for the world to catch up (pods starting, brokers registering):
     not ready, progressing, not degraded — nothing for the user to fix yet."""
-    return [
-        Verdict(ConditionType.READY, False, reason, message),
-        Verdict(ConditionType.PROGRESSING, True, reason, message),
-        Verdict(ConditionType.DEGRADED, False, reason, ""),
-    ]
+    return _verdicts(reason, message, ready=False, progressing=True, degraded=False)
 
 
 def progressing(reason: Reason, message: str) -> list[Verdict]:
     """Serving while the operator works toward the spec (a broker group draining)."""
-    return [
-        Verdict(ConditionType.READY, True, reason, message),
-        Verdict(ConditionType.PROGRESSING, True, reason, message),
-        Verdict(ConditionType.DEGRADED, False, reason, ""),
-    ]
+    return _verdicts(reason, message, ready=True, progressing=True, degraded=False)
 
 
 def refused(reason: Reason, message: str) -> list[Verdict]:
     """Something the user must change (a bad spec, a missing cluster, a change that would hide
     messages): not ready, not progressing (retrying alone will not help), degraded."""
-    return [
-        Verdict(ConditionType.READY, False, reason, message),
-        Verdict(ConditionType.PROGRESSING, False, reason, message),
-        Verdict(ConditionType.DEGRADED, True, reason, message),
-    ]
+    return _verdicts(reason, message, ready=False, progressing=False, degraded=True)
 
 
 def degraded(reason: Reason, message: str) -> list[Verdict]:
     """Serving, but short of the spec (a slave down, surplus groups waiting for a drain)."""
-    return [
-        Verdict(ConditionType.READY, True, reason, message),
-        Verdict(ConditionType.PROGRESSING, False, reason, message),
-        Verdict(ConditionType.DEGRADED, True, reason, message),
-    ]
+    return _verdicts(reason, message, ready=True, progressing=False, degraded=True)
+
+
+def generation_status(
+    verdicts: Iterable[Verdict], generation: int, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """``observedGeneration`` and ``conditions`` of a status; ``previous`` is the resource's
+    whole status now (None when it has none), whose conditions give the transition times."""
+    return {
+        "observedGeneration": generation,
+        "conditions": conditions(verdicts, (previous or {}).get("conditions", []), generation, now),
+    }
 
 
 def condition_of(status: Mapping[str, Any] | None, kind: ConditionType) -> Mapping[str, Any]:

@@ -117,12 +117,7 @@ def resource_status(
     applied_to: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """``status`` of a topic or group; ``applied_to`` is kept as it was when not given."""
-    status: dict[str, Any] = {
-        "observedGeneration": generation,
-        "conditions": conditions.conditions(
-            verdicts, (previous or {}).get("conditions", []), generation, now
-        ),
-    }
+    status = conditions.generation_status(verdicts, generation, previous, now)
     if applied_to is not None:
         status["appliedTo"] = sorted(applied_to)
     return status
