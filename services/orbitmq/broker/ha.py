@@ -49,6 +49,14 @@ CHUNK_BYTES = 1024 * 1024
 HEARTBEAT_S = 1.0
 """An idle replication stream sends an empty chunk this often (the slave learns the lag)."""
 RECONNECT_S = 1.0
+PROMOTION_POLL_S = 0.05
+"""Retry interval while a candidate master still answers as a slave: a planned switchover names
+the new master before promoting it, and its old master must follow quickly (a SYNC_MASTER
+acknowledges sends as SLAVE_NOT_AVAILABLE until a slave streams)."""
+
+
+class NotMasterYet(ValueError):
+    """The broker asked for its log still answers as a slave."""
 
 
 class _Schema(BaseModel):
@@ -196,9 +204,13 @@ class ReplicationClient:
 
     async def _stream_loop(self) -> None:
         while True:
+            awaiting = False
             for address in self._candidates():
                 try:
                     await self._stream(address)
+                except NotMasterYet as error:
+                    awaiting = True
+                    log.debug("replication from %s: %s", address, error)
                 except (grpc.aio.AioRpcError, RpcFailure, OSError, ValueError) as error:
                     detail = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
                     log.info("replication from %s stopped: %s", address, detail)
@@ -206,14 +218,14 @@ class ReplicationClient:
                 self.connected.clear()
                 if followed:
                     break  # it was the master: start again from the best candidate
-            await asyncio.sleep(RECONNECT_S)
+            await asyncio.sleep(PROMOTION_POLL_S if awaiting else RECONNECT_S)
 
     async def _stream(self, address: str) -> None:
         async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
             state = await stub.GetHaState(broker_pb2.GetHaStateRequest(), timeout=5)
             if state.role == BrokerRole.SLAVE.value:
-                raise ValueError(f"{address} is a slave, not a master")
+                raise NotMasterYet(f"{address} is a slave, not a master")
             await self.b.align_with_master(state)
             store = self.b.store
             acks: asyncio.Queue[int] = asyncio.Queue()

@@ -12,13 +12,16 @@ place is turned into a slave of the live master under a free slave id.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
 
 from orbitmq.ha.decision import Decision, Member, Policy, Role, decide
+from orbitmq.ha.switchover import switchover
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -27,6 +30,14 @@ OBSERVE_TIMEOUT_S = 1.0
 """A health answer slower than this counts as no answer: the detection window does the rest."""
 CHANGE_TIMEOUT_S = 10.0
 """A role change waits for the broker to reopen its store in the new role."""
+SWITCHOVER_LAG_BYTES = 4 * 1024 * 1024
+"""A slave this close to the master may take over: writes pause while it copies the rest."""
+CATCH_UP_TIMEOUT_S = 5.0
+"""Longest write pause of a switchover; a slave slower than this gives mastership back."""
+
+
+class SwitchoverFailed(Exception):
+    """A switchover was undone (the slave did not catch up): the old master writes again."""
 
 
 @dataclass
@@ -56,6 +67,7 @@ class BrokerGroupFailover:
         """SYNC_MASTER or ASYNC_MASTER: what a promoted slave becomes."""
         self.policy = policy
         self.failovers = 0
+        self.switchovers = 0
 
     def member(self, name: str) -> GroupMember:
         return next(m for m in self.members if m.name == name)
@@ -70,6 +82,82 @@ class BrokerGroupFailover:
         if not decision.nothing:
             await self._apply(decision)
         return decision
+
+    async def switchover(
+        self,
+        now_ms: int,
+        max_lag_bytes: int = SWITCHOVER_LAG_BYTES,
+        catch_up_timeout_s: float = CATCH_UP_TIMEOUT_S,
+    ) -> Decision | None:
+        """Hand mastership to an in-sync slave without losing an acknowledged message.
+
+        The order never leaves two writable masters: the master is first demoted to a slave of
+        the chosen one under the new epoch (it refuses writes from then on, and producers retry
+        on ``SLAVE_READ_ONLY`` or a route without master), its replication stream keeps feeding
+        the chosen slave until that holds the master's whole log, and only then is the slave
+        promoted under the same epoch. The demoted master follows it from there (its replication
+        client follows only a broker answering as master). A slave that does not catch up within
+        ``catch_up_timeout_s`` leaves the old master in place under ``epoch + 2`` and raises
+        :class:`SwitchoverFailed`. Returns the decision (``nothing`` with the reason when refused:
+        no in-sync slave), None when no member answers.
+        """
+        observed = [m for m in [await self._observe(m, now_ms) for m in self.members] if m is not None]
+        if not observed:
+            return None
+        master = self.live_master()
+        connected = {s.address for s in master.state.slaves} if master and master.state else set()
+        streaming = {m.name for m in self.members if m.address in connected}
+        decision = switchover(observed, now_ms, self.policy, max_lag_bytes, streaming)
+        if decision.nothing or decision.promote is None:
+            return decision
+        log.warning("switchover: %s", decision.reason)
+        old, chosen = self.member(decision.demote[0]), self.member(decision.promote)
+        assert old.address is not None and chosen.address is not None and chosen.state is not None
+        await self._change(
+            old,
+            broker_pb2.ChangeRoleRequest(
+                role="SLAVE", epoch=decision.epoch, broker_id=self.free_slave_id(), master_addr=chosen.address
+            ),
+        )
+        if not await self._caught_up(chosen, old, catch_up_timeout_s):
+            await self._change(
+                old,
+                broker_pb2.ChangeRoleRequest(role=self.master_role, epoch=decision.epoch + 1, broker_id=0),
+            )
+            raise SwitchoverFailed(
+                f"{chosen.name!r} did not reach {old.name!r}'s max offset within {catch_up_timeout_s} s;"
+                f" {old.name!r} is master again under epoch {decision.epoch + 1}"
+            )
+        await self._change(
+            chosen, broker_pb2.ChangeRoleRequest(role=self.master_role, epoch=decision.epoch, broker_id=0)
+        )
+        self.switchovers += 1
+        return decision
+
+    @staticmethod
+    async def _caught_up(chosen: GroupMember, old: GroupMember, timeout_s: float) -> bool:
+        """Whether ``chosen`` holds ``old``'s whole log within ``timeout_s``; ``old`` is re-read
+        each time, since a send it accepted just before its demotion may still be appending."""
+        deadline = time.monotonic() + timeout_s
+        assert chosen.address is not None and old.address is not None
+        async with (
+            grpc.aio.insecure_channel(chosen.address) as to_chosen,
+            grpc.aio.insecure_channel(old.address) as to_old,
+        ):
+            while True:
+                ask = broker_pb2.GetHaStateRequest()
+                end = (
+                    await broker_pb2_grpc.BrokerStub(to_old).GetHaState(ask, timeout=OBSERVE_TIMEOUT_S)
+                ).max_offset
+                have = (
+                    await broker_pb2_grpc.BrokerStub(to_chosen).GetHaState(ask, timeout=OBSERVE_TIMEOUT_S)
+                ).max_offset
+                if have >= end:
+                    return True
+                if time.monotonic() >= deadline:
+                    log.warning("switchover: %s holds %d of %d bytes; giving up", chosen.name, have, end)
+                    return False
+                await asyncio.sleep(0.005)
 
     def live_master(self) -> GroupMember | None:
         """The running master of the newest epoch (None during a failover)."""
