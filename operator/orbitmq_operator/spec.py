@@ -305,6 +305,15 @@ class DrainStatus(_Spec):
     step: str = Field(default="Wait", description="Wait, Stuck or Remove.")
 
 
+class RollingUpdateStatus(_Spec):
+    """A broker group whose pods are being brought to its StatefulSet's new revision."""
+
+    name: str
+    step: str = Field(default="Wait", description="Delete, Switchover or Wait (the step just taken).")
+    pod: str = Field(default="", description="The pod the step is about.")
+    message: str = ""
+
+
 class ClusterStatus(_Spec):
     observed_generation: int = 0
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
@@ -313,6 +322,9 @@ class ClusterStatus(_Spec):
     broker_groups: list[BrokerGroupStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
     namesrv_address: str = Field(default="", description="What clients give as --namesrv.")
     drains: list[DrainStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
+    rolling_updates: list[RollingUpdateStatus] = Field(
+        default_factory=list, json_schema_extra=list_map("name")
+    )
 
 
 class ResourceStatus(_Spec):

@@ -52,7 +52,8 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
         started = time.monotonic()
         try:
             namesrv = await drain_namesrvs(memo["client"], memo["config"], body)
-            outcome = await reconcile_cluster(memo["client"], body, namesrv=namesrv)
+            ha_lock: asyncio.Lock = memo.setdefault("ha_lock", asyncio.Lock())
+            outcome = await reconcile_cluster(memo["client"], body, namesrv=namesrv, ha_lock=ha_lock)
         except ApiError as error:
             metrics.RECONCILE_ERRORS.labels(KIND, Reason.APPLY_FAILED).inc()
             message = f"the API server refused an object: {error.status.message}"

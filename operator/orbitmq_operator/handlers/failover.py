@@ -9,6 +9,7 @@ two API requests each. Every promotion is an Event on the cluster and counts in
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from typing import Any
@@ -59,10 +60,12 @@ async def failover(
     body: kopf.Body,
     spec: kopf.Spec,
     broker_pods: kopf.Index,
+    memo: kopf.Memo,
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
     state = ClusterFailover()
+    ha_lock: asyncio.Lock = memo.setdefault("ha_lock", asyncio.Lock())  # shared with rolling updates
     while not stopped:
         try:
             parsed = ClusterSpec.model_validate(dict(spec))
@@ -74,7 +77,8 @@ async def failover(
                 pods_by_group(broker_pods, namespace, name), parsed.brokers.replication_mode.value, policy
             )
             try:
-                acted = await state.step(int(time.time() * 1000))
+                async with ha_lock:  # never in the middle of a rolling update's switchover
+                    acted = await state.step(int(time.time() * 1000))
             except grpc.aio.AioRpcError as error:  # a role change refused or timed out: next step
                 logger.warning("failover step of %s failed: %s %s", name, error.code().name, error.details())
                 acted = {}

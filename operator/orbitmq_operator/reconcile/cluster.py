@@ -28,7 +28,7 @@ from lightkube.resources.core_v1 import Pod
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names
 from orbitmq_operator.builders.changes import surplus_broker_groups
-from orbitmq_operator.reconcile import apply, drain
+from orbitmq_operator.reconcile import apply, drain, rolling
 from orbitmq_operator.reconcile.cluster_status import (
     MemberState,
     Observed,
@@ -68,11 +68,14 @@ async def reconcile_cluster(
     *,
     observe_brokers: bool = True,
     namesrv: str | list[str] | None = None,
+    ha_lock: asyncio.Lock | None = None,
 ) -> Outcome:
     """Apply ``body``'s cluster (only what changed) and compute its status from what runs.
 
     ``namesrv``: every name server of the cluster, through which surplus broker groups are
-    drained; None keeps them without draining (``DrainRequired``)."""
+    drained; None keeps them without draining (``DrainRequired``). ``ha_lock``: held by the
+    failover daemon for each step, and here for a rolling update's switchover. Rolling updates
+    need the brokers (``observe_brokers``)."""
     previous = body.get("status") or {}
     meta = body["metadata"]
     try:
@@ -102,10 +105,15 @@ async def reconcile_cluster(
                 warning=True,
             )
         )
+    rolls = rolling.RollOutcome()
+    if observe_brokers:
+        rolls = await rolling.reconcile_rolls(client, cluster, ha_lock)
+        events += [Event(reason, message, warning) for reason, message, warning in rolls.events]
     observed = await observe(client, cluster, current, surplus, observe_brokers=observe_brokers)
-    observed = dataclasses.replace(observed, drains=tuple(drains.decisions))
+    observed = dataclasses.replace(observed, drains=tuple(drains.decisions), rolls=tuple(rolls.decisions))
     status = cluster_status(cluster, observed, previous, now_rfc3339())
     status["drains"] = drains.drains
+    status["rollingUpdates"] = rolling.rolling_status(rolls.decisions)
     return Outcome(status, events, result)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from orbitmq_operator.builders import Cluster, namesrv_address
 from orbitmq_operator.builders.drain import DrainDecision, DrainStep
+from orbitmq_operator.builders.rolling import RollDecision
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.conditions import Reason, Verdict
 
@@ -54,6 +55,8 @@ class Observed:
     """Broker groups beyond ``spec.brokers.groups`` kept without a drain (no name servers)."""
     drains: Sequence[DrainDecision] = field(default_factory=tuple)
     """Groups being drained, and what the drain decided this time."""
+    rolls: Sequence[RollDecision] = field(default_factory=tuple)
+    """Groups whose pods are not all at their StatefulSet's update revision, and the step taken."""
 
 
 def group_status(group: ObservedGroup) -> dict[str, Any]:
@@ -86,6 +89,8 @@ def verdicts(cluster: Cluster, observed: Observed) -> list[Verdict]:
     waiting = [d.message for d in observed.drains if d.step is DrainStep.WAIT]
     if waiting:
         return conditions.progressing(Reason.DRAINING, "; ".join(waiting))
+    if observed.rolls:
+        return conditions.progressing(Reason.ROLLING_UPDATE, "; ".join(r.message for r in observed.rolls))
     if observed.surplus_groups:
         groups = ", ".join(str(g) for g in observed.surplus_groups)
         return conditions.degraded(

@@ -27,6 +27,7 @@ class Reason(StrEnum):
     DRAIN_REQUIRED = "DrainRequired"
     DRAINING = "Draining"
     DRAIN_STUCK = "DrainStuck"
+    ROLLING_UPDATE = "RollingUpdate"
     APPLY_FAILED = "ApplyFailed"
     CLUSTER_NOT_FOUND = "ClusterNotFound"
     BROKERS_UNREACHABLE = "BrokersUnreachable"
