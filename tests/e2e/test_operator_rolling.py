@@ -20,10 +20,9 @@ from k8s_testbed_support import E2E_TIMEOUT, K8sCluster
 from lightkube import AsyncClient, KubeConfig
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration" / "client"))
-from clusterkit import FAST, Cluster, Collector, eventually, start_cluster
+from clusterkit import Cluster, consume_all, eventually, start_cluster
 
-from orbitmq.client import Admin, Message, Producer, PushConsumer
-from orbitmq.client.consumer_types import ConsumeFromWhere
+from orbitmq.client import Admin, Message, Producer
 from orbitmq_operator.builders import Cluster as ClusterModel
 from orbitmq_operator.builders import desired_objects, names
 from orbitmq_operator.builders.rolling import RollStep
@@ -168,24 +167,7 @@ async def test_roll_restarts_the_slave_then_switches_over_then_restarts_the_old_
     assert roles == {MASTER: "SLAVE", SLAVE: "ASYNC_MASTER"}, "the old master came back as a slave"
     assert failures == [], failures[:3]
 
-    collector = Collector()
-    consumer = PushConsumer(
-        "RollingCheck",
-        brokers.address,
-        listener=collector.listener("c"),
-        settings=FAST,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET,
-    )
-    consumer.subscribe(TOPIC)
-    await consumer.start()
-    try:
-        await eventually(
-            lambda: set(acked) <= set(collector.bodies()),
-            30,
-            lambda: f"{len(set(acked) - set(collector.bodies()))} acknowledged messages not consumed",
-        )
-    finally:
-        await consumer.close()
+    await consume_all(brokers.address, TOPIC, acked, "RollingCheck")
     print(
         f"rolling update: {len(acked)} sends acknowledged by {SENDERS} senders through "
         f"{len(steps)} steps, {len(failures)} failed after retries, longest send {longest * 1000:.0f} ms"

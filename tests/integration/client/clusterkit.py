@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
 from brokerkit import RunningBroker, start_broker, stop_broker
 
-from orbitmq.client.consumer_types import ConsumerSettings
+from orbitmq.client.consumer import PushConsumer
+from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
 from orbitmq.store.record import StoredMessage
@@ -176,3 +177,29 @@ class Collector:
         while seen != self.count():
             seen = self.count()
             await asyncio.sleep(quiet)
+
+
+async def consume_all(
+    namesrv: str, topic: str, bodies: Iterable[str], group: str, within: float = 30
+) -> None:
+    """Consume ``topic`` from its first offset as a new ``group`` until every one of ``bodies``
+    has been delivered (what a failover or a roll test checks of its acknowledged sends)."""
+    expected = set(bodies)
+    collector = Collector()
+    consumer = PushConsumer(
+        group,
+        namesrv,
+        listener=collector.listener("c"),
+        settings=FAST,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await eventually(
+            lambda: expected <= set(collector.bodies()),
+            within,
+            lambda: f"{len(expected - set(collector.bodies()))} acknowledged messages not consumed",
+        )
+    finally:
+        await consumer.close()

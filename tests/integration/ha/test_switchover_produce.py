@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
-from clusterkit import FAST, Cluster, Collector, eventually, start_cluster
+from clusterkit import Cluster, consume_all, eventually, start_cluster
 
-from orbitmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsumer
+from orbitmq.client import Admin, Message, Producer
 from orbitmq.ha import Policy
 from orbitmq.ha.group import BrokerGroupFailover, GroupMember
 
@@ -100,24 +100,7 @@ async def test_switchover_under_continuous_produce_loses_and_fails_nothing(
     # a new SYNC_MASTER stores sends before its demoted master streams again (tens of ms): not lost
     assert set(not_ok) <= ({"SLAVE_NOT_AVAILABLE"} if master_role == "SYNC_MASTER" else set()), set(not_ok)
     assert group.switchovers == 2 and group.failovers == 0
-    collector = Collector()
-    consumer = PushConsumer(
-        "SwitchoverCheck",
-        cluster.address,
-        listener=collector.listener("c"),
-        settings=FAST,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET,
-    )
-    consumer.subscribe(TOPIC)
-    await consumer.start()
-    try:
-        await eventually(
-            lambda: set(acked) <= set(collector.bodies()),
-            30,
-            lambda: f"{len(set(acked) - set(collector.bodies()))} acknowledged messages not consumed",
-        )
-    finally:
-        await consumer.close()
+    await consume_all(cluster.address, TOPIC, acked, "SwitchoverCheck")
     print(
         f"switchover ({master_role}) x2: {len(acked)} sends acknowledged by {SENDERS} senders, "
         f"{len(failures)} failed after retries, "
