@@ -71,6 +71,11 @@ def changed_since(before: dict, after: dict) -> set:
     return {key for key in after if before.get(key) != after[key]}
 
 
+def patch_spec(k8s: K8sCluster, namespace: str, patch: str) -> None:
+    """A merge patch of the cluster resource, as a user's ``kubectl patch`` would send it."""
+    k8s.kubectl("patch", "orbitmqcluster", CLUSTER, "-n", namespace, "--type=merge", "-p", patch)
+
+
 @pytest.mark.timeout(300, func_only=True)
 def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
@@ -113,16 +118,7 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
         writes = object_writes()
 
         # more name servers: their StatefulSet, and the brokers' list of name servers
-        k8s_cluster.kubectl(
-            "patch",
-            "orbitmqcluster",
-            CLUSTER,
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            '{"spec":{"nameServers":{"replicas":2}}}',
-        )
+        patch_spec(k8s_cluster, namespace, '{"spec":{"nameServers":{"replicas":2}}}')
         k8s_cluster.wait_for(
             "the name servers' StatefulSet scaled",
             lambda: (
@@ -149,16 +145,7 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
         assert any("demo-namesrv: 1 -> 2" in m for m in scaling), scaling
 
         # a bad broker setting: refused with the key named, nothing applied
-        k8s_cluster.kubectl(
-            "patch",
-            "orbitmqcluster",
-            CLUSTER,
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            '{"spec":{"brokers":{"settings":{"flush_intervall_ms":5}}}}',
-        )
+        patch_spec(k8s_cluster, namespace, '{"spec":{"brokers":{"settings":{"flush_intervall_ms":5}}}}')
         body = wait_condition(
             k8s_cluster, namespace, "orbitmqclusters", CLUSTER, "Ready", "False", "InvalidSpec"
         )
@@ -166,16 +153,7 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
         assert "spec.brokers.settings.flush_intervall_ms" in message, message
         assert body["status"]["observedGeneration"] == 3
         assert changed_since(after, spec_versions(k8s_cluster, namespace, CLUSTER)) == set()
-        k8s_cluster.kubectl(
-            "patch",
-            "orbitmqcluster",
-            CLUSTER,
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            '{"spec":{"brokers":{"settings":null}}}',
-        )
+        patch_spec(k8s_cluster, namespace, '{"spec":{"brokers":{"settings":null}}}')
         wait_condition(
             k8s_cluster, namespace, "orbitmqclusters", CLUSTER, "Ready", "False", "BrokersNotReady"
         )

@@ -20,10 +20,9 @@ from k8s_testbed_support import E2E_TIMEOUT, K8sCluster
 from lightkube import AsyncClient, KubeConfig
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration" / "client"))
-from clusterkit import FAST, Cluster, Collector, start_cluster
+from clusterkit import Cluster, Collector, consuming, start_cluster
 
-from orbitmq.client import Admin, Message, Producer, PushConsumer
-from orbitmq.client.consumer_types import ConsumeFromWhere
+from orbitmq.client import Admin, Message, Producer
 from orbitmq_operator.builders import Cluster as ClusterModel
 from orbitmq_operator.builders import desired_objects
 from orbitmq_operator.builders.drain import DrainStep
@@ -87,19 +86,8 @@ async def send(cluster: Cluster, count: int) -> set[str]:
 
 
 async def consume(cluster: Cluster, collector: Collector, count: int) -> None:
-    consumer = PushConsumer(
-        GROUP,
-        cluster.address,
-        listener=collector.listener(GROUP),
-        settings=FAST,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET,
-    )
-    consumer.subscribe(TOPIC)
-    await consumer.start()
-    try:
+    async with consuming(cluster.address, TOPIC, GROUP, collector):
         await collector.wait_for(count)
-    finally:
-        await consumer.close()
 
 
 def later(seconds: float) -> datetime.datetime:

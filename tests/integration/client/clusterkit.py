@@ -9,7 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,25 @@ class Collector:
             await asyncio.sleep(quiet)
 
 
+@asynccontextmanager
+async def consuming(namesrv: str, topic: str, group: str, collector: Collector) -> AsyncIterator[None]:
+    """A push consumer of ``topic`` as ``group`` from the first offset, delivering to
+    ``collector`` (named after the group) while the block runs."""
+    consumer = PushConsumer(
+        group,
+        namesrv,
+        listener=collector.listener(group),
+        settings=FAST,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        yield
+    finally:
+        await consumer.close()
+
+
 async def consume_all(
     namesrv: str, topic: str, bodies: Iterable[str], group: str, within: float = 30
 ) -> None:
@@ -186,20 +206,9 @@ async def consume_all(
     has been delivered (what a failover or a roll test checks of its acknowledged sends)."""
     expected = set(bodies)
     collector = Collector()
-    consumer = PushConsumer(
-        group,
-        namesrv,
-        listener=collector.listener("c"),
-        settings=FAST,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET,
-    )
-    consumer.subscribe(topic)
-    await consumer.start()
-    try:
+    async with consuming(namesrv, topic, group, collector):
         await eventually(
             lambda: expected <= set(collector.bodies()),
             within,
             lambda: f"{len(expected - set(collector.bodies()))} acknowledged messages not consumed",
         )
-    finally:
-        await consumer.close()

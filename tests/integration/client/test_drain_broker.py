@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from clusterkit import FAST, Cluster, Collector, eventually, run_cli, start_cluster
+from clusterkit import Cluster, Collector, consuming, eventually, run_cli, start_cluster
 
-from orbitmq.client import Message, Producer, PushConsumer
+from orbitmq.client import Message, Producer
 from orbitmq.client.admin import Admin
-from orbitmq.client.consumer_types import ConsumeFromWhere
 
 pytestmark = pytest.mark.timeout(120)
 TOPIC = "Orders"
@@ -40,19 +39,8 @@ async def send(producer: Producer, count: int, label: str) -> set[str]:
 
 
 async def consume_until(cluster: Cluster, collector: Collector, count: int) -> None:
-    consumer = PushConsumer(
-        GROUP,
-        cluster.address,
-        listener=collector.listener(GROUP),
-        settings=FAST,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET,
-    )
-    consumer.subscribe(TOPIC)
-    await consumer.start()
-    try:
+    async with consuming(cluster.address, TOPIC, GROUP, collector):
         await collector.wait_for(count)
-    finally:
-        await consumer.close()
 
 
 async def test_wiped_group_takes_no_sends_and_drains(cluster: Cluster) -> None:
