@@ -203,6 +203,106 @@ class MetricsSpec(_Spec):
     port: int = Field(default=9100, ge=1024, le=65535, description="Prometheus /metrics port of every pod.")
 
 
+RESERVED_VOLUMES = {"data": "/var/lib/orbitmq", "config": "/etc/orbitmq", "tmp": "/tmp"}
+"""The volumes (and their mount paths) the builders use themselves: data, settings, /tmp."""
+RESERVED_ENV = ("POD_IP",)
+MAX_POD_ITEMS = 32
+
+
+class _PodItem(_Spec):
+    """A Kubernetes object inside ``spec.pod`` passed on as it is: only its ``name`` is read
+    here, the API server checks the rest when the operator applies the StatefulSet."""
+
+    name: str = Field(pattern=K8S_NAME_PATTERN, max_length=63)
+    model_config = ConfigDict(extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
+class PodVolume(_PodItem):
+    """A ``Volume`` (hostPath, configMap, secret, ...)."""
+
+
+class PodVolumeMount(_PodItem):
+    """A ``VolumeMount`` of the orbitmq container, naming a volume of ``spec.pod.volumes``."""
+
+    mount_path: str = Field(min_length=1, max_length=4096, pattern="^/")
+
+
+class PodEnvVar(_PodItem):
+    """An ``EnvVar`` of the orbitmq container (``value`` or ``valueFrom``)."""
+
+    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=253)
+
+
+class PodSpec(_Spec):
+    """What a user adds to every orbitmq pod (name servers and brokers), as Strimzi's
+    ``template.pod``: where pods run, extra volumes and environment. The operator's own volumes,
+    probes and command stay its own."""
+
+    node_selector: dict[str, str] = Field(
+        default={}, max_length=MAX_POD_ITEMS, description="Pods run on nodes with these labels."
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default=[],
+        max_length=MAX_POD_ITEMS,
+        description="Tolerations (Kubernetes Toleration objects).",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
+    volumes: list[PodVolume] = Field(
+        default=[],
+        max_length=MAX_POD_ITEMS,
+        description="Extra volumes; data, config and tmp are the operator's own.",
+        json_schema_extra={
+            **list_map("name"),
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.all(v, !(v.name in {list(RESERVED_VOLUMES)}))",
+                    f"volume names {', '.join(RESERVED_VOLUMES)} are the operator's own",
+                )
+            ],
+        },
+    )
+    volume_mounts: list[PodVolumeMount] = Field(
+        default=[],
+        max_length=MAX_POD_ITEMS,
+        description="Extra mounts of the orbitmq container, of volumes listed in volumes.",
+        json_schema_extra={
+            **list_map("mountPath"),
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.all(m, !(m.mountPath in {list(RESERVED_VOLUMES.values())}))",
+                    f"mount paths {', '.join(RESERVED_VOLUMES.values())} are the operator's own",
+                )
+            ],
+        },
+    )
+    env: list[PodEnvVar] = Field(
+        default=[],
+        max_length=MAX_POD_ITEMS,
+        description="Extra environment variables of the orbitmq container.",
+        json_schema_extra={
+            **list_map("name"),
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.all(e, !(e.name in {list(RESERVED_ENV)}))",
+                    f"environment variables {', '.join(RESERVED_ENV)} are the operator's own",
+                )
+            ],
+        },
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))",
+                    "every volumeMounts[].name must name a volume of spec.pod.volumes",
+                    ".volumeMounts",
+                )
+            ]
+        }
+    )
+
+
 class ClusterSpec(_Spec):
     """``OrbitMQCluster``: name servers and broker groups, reconciled into StatefulSets."""
 
@@ -212,6 +312,7 @@ class ClusterSpec(_Spec):
     brokers: BrokersSpec = Field(default_factory=BrokersSpec)
     failover: FailoverSpec = Field(default_factory=FailoverSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    pod: PodSpec = Field(default_factory=PodSpec)
 
 
 class TopicSpec(_Spec):

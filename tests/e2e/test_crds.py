@@ -139,6 +139,33 @@ def test_minimal_resources_are_stored_with_the_models_defaults(
         ),
         (group("badgroup", cluster="c", groupName="a@b"), "spec.groupName", "should match"),
         (topic("nocluster", cluster="Not_A_Name", topicName="t"), "spec.cluster", "should match"),
+        (
+            cluster("ownvolume", image="i", pod={"volumes": [{"name": "data", "emptyDir": {}}]}),
+            "spec.pod.volumes",
+            "volume names data, config, tmp are the operator's own",
+        ),
+        (
+            cluster("nomount", image="i", pod={"volumeMounts": [{"name": "gone", "mountPath": "/x"}]}),
+            "spec.pod.volumeMounts",
+            "every volumeMounts[].name must name a volume of spec.pod.volumes",
+        ),
+        (
+            cluster(
+                "ownmount",
+                image="i",
+                pod={
+                    "volumes": [{"name": "v", "emptyDir": {}}],
+                    "volumeMounts": [{"name": "v", "mountPath": "/tmp"}],
+                },
+            ),
+            "spec.pod.volumeMounts",
+            "mount paths /var/lib/orbitmq, /etc/orbitmq, /tmp are the operator's own",
+        ),
+        (
+            cluster("ownenv", image="i", pod={"env": [{"name": "POD_IP", "value": "1.2.3.4"}]}),
+            "spec.pod.env",
+            "environment variables POD_IP are the operator's own",
+        ),
     ],
     ids=lambda value: value["metadata"]["name"] if isinstance(value, dict) else None,
 )

@@ -168,21 +168,24 @@ def _pod_spec(cluster: Cluster, group: int) -> dict[str, Any]:
         "volumeMounts": [
             {"name": names.DATA_VOLUME, "mountPath": names.DATA_MOUNT},
             {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT, "readOnly": True},
-            {"name": names.TMP_VOLUME, "mountPath": "/tmp"},
+            {"name": names.TMP_VOLUME, "mountPath": names.TMP_MOUNT},
         ],
     }
     resources = common.container_resources(spec.brokers.resources)
     if resources:
         container["resources"] = resources
-    return {
-        "automountServiceAccountToken": False,  # see nameservers._pod_spec
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": termination_grace_s(cluster),
-        "securityContext": common.pod_security_context(),
-        "affinity": common.spread_over_nodes(cluster, names.BROKER, group),
-        "containers": [container],
-        "volumes": [
-            {"name": names.CONFIG_VOLUME, "configMap": {"name": names.broker_config(cluster.name)}},
-            common.tmp_volume(),
-        ],
-    }
+    return common.with_user_pod_settings(
+        cluster,
+        {
+            "automountServiceAccountToken": False,  # see nameservers._pod_spec
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": termination_grace_s(cluster),
+            "securityContext": common.pod_security_context(),
+            "affinity": common.spread_over_nodes(cluster, names.BROKER, group),
+            "containers": [container],
+            "volumes": [
+                {"name": names.CONFIG_VOLUME, "configMap": {"name": names.broker_config(cluster.name)}},
+                common.tmp_volume(),
+            ],
+        },
+    )

@@ -219,3 +219,28 @@ def content_hash(text: str) -> str:
     put in the template as an annotation, a changed file becomes a changed template, so the
     StatefulSet's revision changes and the pods are rolled."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def with_user_pod_settings(cluster: Cluster, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """``pod_spec`` with what the user added in ``spec.pod``: node selector and tolerations,
+    their volumes after the operator's, their mounts and environment on the one container.
+
+    Left out when empty (see the module docstring); the schema's CEL rules already refused
+    names and paths that clash with the operator's own, so nothing here overrides them."""
+    pod = cluster.spec.pod
+    out = dict(pod_spec)
+    if pod.node_selector:
+        out["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        out["tolerations"] = [dict(t) for t in pod.tolerations]
+    if pod.volumes:
+        out["volumes"] = [*out.get("volumes", []), *(v.model_dump(by_alias=True) for v in pod.volumes)]
+    (container,) = out["containers"]
+    container = dict(container)
+    if pod.volume_mounts:
+        mounts = (m.model_dump(by_alias=True) for m in pod.volume_mounts)
+        container["volumeMounts"] = [*container.get("volumeMounts", []), *mounts]
+    if pod.env:
+        container["env"] = [*container.get("env", []), *(e.model_dump(by_alias=True) for e in pod.env)]
+    out["containers"] = [container]
+    return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from orbitmq_operator.builders.errors import SpecError
-from orbitmq_operator.spec import GROUP
+from orbitmq_operator.spec import GROUP, RESERVED_VOLUMES
 
 CLUSTER_KIND = "OrbitMQCluster"
 APP = "orbitmq"
@@ -48,11 +48,12 @@ CLUSTER_DOMAIN_SUFFIX = "svc"
 DATA_VOLUME = "data"
 CONFIG_VOLUME = "config"
 TMP_VOLUME = "tmp"
-DATA_MOUNT = "/var/lib/orbitmq"
+DATA_MOUNT = RESERVED_VOLUMES[DATA_VOLUME]
 BROKER_DATA_DIR = f"{DATA_MOUNT}/store"
 """The store lives one level below the volume's root, where some filesystems put
 ``lost+found``: the store owns every entry of its directory."""
-CONFIG_MOUNT = "/etc/orbitmq"
+CONFIG_MOUNT = RESERVED_VOLUMES[CONFIG_VOLUME]
+TMP_MOUNT = RESERVED_VOLUMES[TMP_VOLUME]
 BROKER_CONFIG_KEY = "broker.yaml"
 
 MAX_BROKER_GROUPS = 64

@@ -100,19 +100,22 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         "ports": [common.tcp_port("grpc", names.NAMESRV_PORT), common.tcp_port("metrics", spec.metrics.port)],
         **common.grpc_probes(names.NAMESRV_PORT, STARTUP_BUDGET_S),
         "securityContext": common.container_security_context(),
-        "volumeMounts": [{"name": names.TMP_VOLUME, "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": names.TMP_VOLUME, "mountPath": names.TMP_MOUNT}],
     }
     resources = common.container_resources(spec.name_servers.resources)
     if resources:
         container["resources"] = resources
-    return {
-        # the processes never call the Kubernetes API; service links would put variables of
-        # our own Services among the settings' (a cluster named orbitmq: ORBITMQ_NAMESRV_PORT)
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-        "securityContext": common.pod_security_context(),
-        "affinity": common.spread_over_nodes(cluster, names.NAMESRV),
-        "containers": [container],
-        "volumes": [common.tmp_volume()],
-    }
+    return common.with_user_pod_settings(
+        cluster,
+        {
+            # the processes never call the Kubernetes API; service links would put variables of
+            # our own Services among the settings' (a cluster named orbitmq: ORBITMQ_NAMESRV_PORT)
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+            "securityContext": common.pod_security_context(),
+            "affinity": common.spread_over_nodes(cluster, names.NAMESRV),
+            "containers": [container],
+            "volumes": [common.tmp_volume()],
+        },
+    )

@@ -284,6 +284,54 @@ def test_pods_run_as_non_root_with_spec_image_and_resources() -> None:
     assert pod_spec(objects["StatefulSet", "orbit-broker-0"])["terminationGracePeriodSeconds"] == 20 + 55
 
 
+POD_SETTINGS = {
+    "nodeSelector": {"disktype": "ssd"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mq", "effect": "NoSchedule"}],
+    "volumes": [{"name": "runtime", "hostPath": {"path": "/opt/python", "type": "Directory"}}],
+    "volumeMounts": [{"name": "runtime", "mountPath": "/opt/python", "readOnly": True}],
+    "env": [{"name": "TZ", "value": "UTC"}],
+}
+
+
+def test_user_pod_settings_reach_every_pod_after_the_operators_own() -> None:
+    """spec.pod adds to the name servers' and brokers' pods without displacing the operator's
+    volumes, mounts or environment, and the result is still valid for the Kubernetes models."""
+    plain = by_key(desired_objects(make()))
+    objects = by_key(desired_objects(make(pod=POD_SETTINGS)))
+    for name in ("orbit-namesrv", "orbit-broker-0"):
+        sts, before = objects["StatefulSet", name], plain["StatefulSet", name]
+        pod = pod_spec(sts)
+        assert pod["nodeSelector"] == {"disktype": "ssd"}
+        assert pod["tolerations"] == POD_SETTINGS["tolerations"]
+        assert pod["volumes"] == [*pod_spec(before)["volumes"], *POD_SETTINGS["volumes"]]
+        assert container(sts)["volumeMounts"] == [
+            *container(before)["volumeMounts"],
+            *POD_SETTINGS["volumeMounts"],
+        ]
+        assert container(sts)["env"] == [*container(before).get("env", []), *POD_SETTINGS["env"]]
+        assert codecs.from_dict(copy.deepcopy(sts)).to_dict() == sts
+    for before in plain.values():  # nothing given, nothing applied
+        if before["kind"] == "StatefulSet":
+            assert "nodeSelector" not in pod_spec(before) and "tolerations" not in pod_spec(before)
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        ({"volumes": [{"name": "Bad_Name"}]}, "should match"),
+        ({"volumeMounts": [{"name": "x", "mountPath": "relative"}]}, "should match"),
+        ({"env": [{"name": "1X", "value": "v"}]}, "should match"),
+        ({"priorityClassName": "high"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_pod_settings_are_refused_naming_the_field(pod: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message) as refused:
+        Cluster.from_resource(
+            {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "spec": {"image": "i", "pod": pod}}
+        )
+    assert str(refused.value).startswith("spec.pod."), refused.value
+
+
 def test_broker_config_map_loads_as_broker_settings() -> None:
     cluster = make(
         brokers={"flushMode": "SYNC_FLUSH", "segmentMib": 64, "settings": {"lock_expiry_ms": 30000}}
