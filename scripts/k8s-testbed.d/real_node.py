@@ -1,19 +1,25 @@
-"""The test bed's opt-in real node: containerd, runc, bridge CNI, kubelet and kube-proxy.
+"""The test bed's real node: containerd, runc, bridge CNI, kubelet, kube-proxy and CoreDNS.
 
 `scripts/k8s-testbed up --real-node` (or ORBITMQ_K8S_REAL_NODE=1) adds this node beside the
 kwok node, so pods run as real containers.  Everything that can live in the state directory
 does (containerd's root, state and socket, runc's state, kubelet's root and pod logs, CNI
-config and IPAM data), so a system containerd is never touched.  What cannot - a bridge, the
-netns mounts containerd makes under /run/netns, iptables chains, sysctls, a cgroup subtree,
-/var/log/containers links - is named after the test bed, snapshotted before `up` changes it
-and undone by `teardown`, which `down` runs first and the next `up` runs for a crashed run.
+config and IPAM data, the Corefile), so a system containerd is never touched.  What cannot -
+a bridge, the netns mounts containerd makes under /run/netns, iptables chains, sysctls, a
+cgroup subtree, /var/log/containers links - is named after the test bed, snapshotted before
+`up` changes it and undone by `teardown`, which `down` runs first and the next `up` runs for
+a crashed run.
+
+Cluster DNS: CoreDNS (built by `scripts/k8s-testbed build` from k8s-testbed.d/coredns/) runs
+as a host process serving cluster.local on the node IP (the bridge gateway), port 53, and
+kubelet gives pods that address as their nameserver (clusterDNS) with the usual search list,
+so pods resolve `<svc>.<ns>.svc` and `<pod>.<headless svc>.<ns>.svc` as in a real cluster.
 
 One real node per machine: the bridge, the pod range and the cgroup root are machine-wide,
 so /run/orbitmq-k8s-testbed/real-node.json records whose state dir owns them, and a new
 `up --real-node` tears down a previous owner first (as `up` stops its own stale processes).
 
-Teardown order matters: kubelet and kube-proxy first (else kubelet restarts what we kill),
-then every container task (SIGKILL through ctr, then through the cgroup), then containerd
+Teardown order matters: CoreDNS, kube-proxy and kubelet first (else kubelet restarts what we
+kill), then every container task (SIGKILL through ctr, then through the cgroup), then containerd
 and its shims, then mounts, netns, bridge, iptables, sysctls and cgroups.
 """
 
@@ -25,6 +31,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -76,7 +84,34 @@ SYSCTLS = [
 # Chains kubelet, kube-proxy and CNI plugins create; only those absent before `up` are removed.
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
-STOP_ORDER = ["kube-proxy", "kubelet"]
+STOP_ORDER = ["coredns", "kube-proxy", "kubelet"]
+CLUSTER_DOMAIN = "cluster.local"
+DNS_PORT = 53
+# CoreDNS's identity (a client certificate with this CN) and what it may read: the rules of
+# kubeadm's system:coredns ClusterRole.  Created through the API by `up --real-node`.
+COREDNS_USER = "system:coredns"
+COREDNS_RBAC: list[dict[str, Any]] = [
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "system:coredns"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["endpoints", "services", "pods", "namespaces"],
+                "verbs": ["list", "watch"],
+            },
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "system:coredns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER}],
+    },
+]
 # Directories containerd and kubelet create at fixed paths; removed again if `up` made them
 # and they are empty (a system containerd's /run/containerd is never empty while it runs).
 FIXED_DIRS = [
@@ -113,6 +148,7 @@ class Layout:
         self.kubelet_root = self.base / "kubelet"
         self.kubelet_config = self.base / "kubelet-config.yaml"
         self.kube_proxy_config = self.base / "kube-proxy-config.yaml"
+        self.corefile = self.base / "Corefile"
         self.pod_logs = self.base / "pod-logs"
         self.images = self.base / "images"
         self.snapshot = self.base / "host-snapshot.json"
@@ -308,7 +344,44 @@ def kubelet_config(layout: Layout, node_ip: str, port: int, healthz_port: int, c
         "nodeStatusUpdateFrequency": "2s",
         "serializeImagePulls": False,
         "resolvConf": "/etc/resolv.conf",
+        # CoreDNS on the node IP: pods get `nameserver <node ip>` and the cluster search list.
+        "clusterDNS": [node_ip],
+        "clusterDomain": CLUSTER_DOMAIN,
     }
+
+
+def corefile(node_ip: str, kubeconfig: Path, health_port: int, ready_port: int) -> str:
+    """CoreDNS config: cluster.local (and reverse zones) from the API server, NXDOMAIN for the rest.
+
+    Only the node IP is bound (`bind`), so no host resolver on port 53 is disturbed; there is
+    no upstream to forward to, so every other name gets NXDOMAIN at once (`template`) rather
+    than a timeout.  TTLs and the cache are short: tests create and delete Services quickly.
+    """
+    return f"""\
+{CLUSTER_DOMAIN}:{DNS_PORT} in-addr.arpa:{DNS_PORT} ip6.arpa:{DNS_PORT} {{
+    bind {node_ip}
+    errors
+    log . {{
+        class denial error
+    }}
+    health 127.0.0.1:{health_port}
+    ready 127.0.0.1:{ready_port}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig} orbitmq-testbed
+        pods insecure
+        ttl 5
+    }}
+    cache 5
+    loadbalance
+}}
+.:{DNS_PORT} {{
+    bind {node_ip}
+    errors
+    template ANY ANY {{
+        rcode NXDOMAIN
+    }}
+}}
+"""
 
 
 def kube_proxy_config(
@@ -333,6 +406,41 @@ def kube_proxy_config(
         "iptables": {"localhostNodePorts": False, "minSyncPeriod": "0s", "syncPeriod": "30s"},
         "nodePortAddresses": ["primary"],
     }
+
+
+def resolve_a(server: str, name: str, port: int = DNS_PORT, timeout: float = 2) -> list[str]:
+    """Ask one DNS server for the A records of `name` over UDP (stdlib only; no resolver config)."""
+    query_id = int.from_bytes(os.urandom(2), "big")
+    question = b"".join(bytes([len(label)]) + label.encode() for label in name.rstrip(".").split("."))
+    packet = (
+        struct.pack(">HHHHHH", query_id, 0x0100, 1, 0, 0, 0) + question + b"\0" + struct.pack(">HH", 1, 1)
+    )
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.sendto(packet, (server, port))
+        reply = sock.recv(4096)
+    rid, flags, qdcount, ancount = struct.unpack(">HHHH", reply[:8])
+    if rid != query_id or flags & 0x000F:
+        return []
+
+    def skip_name(pos: int) -> int:
+        """Past a (possibly compressed) domain name."""
+        while reply[pos] and reply[pos] & 0xC0 != 0xC0:
+            pos += 1 + reply[pos]
+        return pos + (2 if reply[pos] else 1)
+
+    pos = 12
+    for _ in range(qdcount):  # the echoed question: name, QTYPE, QCLASS
+        pos = skip_name(pos) + 4
+    addresses = []
+    for _ in range(ancount):
+        pos = skip_name(pos)
+        rtype, _cls, _ttl, length = struct.unpack(">HHIH", reply[pos : pos + 10])
+        pos += 10
+        if rtype == 1 and length == 4:
+            addresses.append(socket.inet_ntoa(reply[pos : pos + 4]))
+        pos += length
+    return addresses
 
 
 # --------------------------------------------------------------------------- up

@@ -1,11 +1,14 @@
-"""orbitmq pods as real containers on the test bed's real node (opt-in: ORBITMQ_E2E_REAL_NODE=1).
+"""orbitmq pods as real containers on the test bed's real node (runs as root on Linux by default).
 
-A name server (behind a ClusterIP Service, so kube-proxy's rules are on the path) and a broker
-StatefulSet whose commit log lives on a hostPath PersistentVolume bound through a
-volumeClaimTemplate.  Both become Ready through the kubelet's gRPC probe on the standard
-health service; the test's own client reaches them over the bridge (pod IPs are routable
-from the host), produces and consumes, then SIGKILLs the broker's process and checks that
-kubelet restarts the container and the restarted broker still has the messages.
+A name server behind a ClusterIP Service and a broker StatefulSet (with its headless Service)
+whose commit log lives on a hostPath PersistentVolume bound through a volumeClaimTemplate.
+The broker is given the name server by the Service's DNS name, `namesrv.<ns>.svc:9876`, as
+the operator's pods are, so the node's CoreDNS and kube-proxy's rules are on its path; a pod
+also resolves the broker's per-pod name `broker-0.broker.<ns>.svc` through the headless
+Service.  Both pods become Ready through the kubelet's gRPC probe on the standard health
+service; the test's own client reaches them over the bridge (pod IPs are routable from the
+host), produces and consumes, then SIGKILLs the broker's process and checks that kubelet
+restarts the container and the restarted broker still has the messages.
 """
 
 from __future__ import annotations
@@ -140,6 +143,30 @@ def _container_pid(cluster: K8sCluster, pod: dict[str, Any]) -> int:
     raise AssertionError(f"no containerd task for {container_id}:\n{out}")
 
 
+# Run inside a pod: resolve each name with the pod's resolver (its resolv.conf from kubelet:
+# the node's CoreDNS and the cluster search list) and report the address and how long it took.
+RESOLVE = """
+import json, socket, sys, time
+result = {}
+for name in sys.argv[1:]:
+    started = time.monotonic()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError as exc:
+        address = f"error: {exc}"
+    result[name] = [address, round(time.monotonic() - started, 3)]
+print(json.dumps(result))
+"""
+
+
+def _resolve_in_pod(cluster: K8sCluster, ns: str, pod: str, *names: str) -> dict[str, list[Any]]:
+    """{name: [address or "error: ...", seconds]} as resolved inside the pod's first container."""
+    result = cluster.kubectl(
+        "exec", pod, "-n", ns, "--", "/usr/bin/env", "python", "-c", RESOLVE, *names, timeout=60
+    )
+    return json.loads(result.stdout)
+
+
 def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster, tmp_path: Path) -> None:
     cluster = k8s_real_node
     ns = f"e2e-real-node-{os.urandom(2).hex()}"
@@ -172,13 +199,14 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
         namesrv_pod = _wait_ready(cluster, ns, "namesrv")
         namesrv_ready_s = time.monotonic() - started
         cluster_ip = cluster.get_json("service", "namesrv", "-n", ns)["spec"]["clusterIP"]
+        namesrv_dns = f"namesrv.{ns}.svc"  # the form the operator gives its pods (search list)
 
         storage_class = f"{ns}-hostpath"
         broker_args = [
             "broker",
             f"--listen=0.0.0.0:{BROKER_PORT}",
             "--metrics-listen=",
-            f"--namesrv={cluster_ip}:{NAMESRV_PORT}",  # through kube-proxy's DNAT
+            f"--namesrv={namesrv_dns}:{NAMESRV_PORT}",  # CoreDNS, then kube-proxy's DNAT
             "--broker-name=broker-a",
             "--broker-id=0",
             "--data-dir=/var/lib/orbitmq/data",
@@ -219,6 +247,16 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
         )
         cluster.apply(
             {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "broker"},
+                "spec": {
+                    "clusterIP": "None",  # headless: a DNS name per pod, broker-0.broker.<ns>.svc
+                    "selector": {"app": "broker"},
+                    "ports": [{"name": "grpc", "port": BROKER_PORT}],
+                },
+            },
+            {
                 "apiVersion": "apps/v1",
                 "kind": "StatefulSet",
                 "metadata": {"name": "broker"},
@@ -250,6 +288,22 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
         pvc = cluster.get_json("pvc", "data-broker-0", "-n", ns)
         assert pvc["status"]["phase"] == "Bound" and pvc["spec"]["volumeName"] == f"{ns}-broker-data"
 
+        # Cluster DNS from inside a pod: the Service name, the headless per-pod name (both with
+        # the `.svc` suffix the search list completes) and, quickly, no answer for other names.
+        broker_dns = f"broker-0.broker.{ns}.svc"
+        outside = "no-such-host.invalid"
+        resolved: dict[str, list[Any]] = {}
+
+        def broker_resolves() -> bool:  # its EndpointSlice may reach CoreDNS just after Ready
+            resolved.update(_resolve_in_pod(cluster, ns, "namesrv", namesrv_dns, broker_dns, outside))
+            return bool(resolved[broker_dns][0] == broker_pod["status"]["podIP"])
+
+        cluster.wait_for(f"{broker_dns} resolving to the broker pod IP in a pod", broker_resolves, timeout=30)
+        assert resolved[namesrv_dns][0] == cluster_ip, resolved
+        assert resolved[broker_dns][0] == broker_pod["status"]["podIP"], resolved
+        assert resolved[outside][0].startswith("error"), resolved
+        assert resolved[outside][1] < 3, f"a name outside the cluster took too long to fail: {resolved}"
+
         # The client runs here on the host: the name server's pod IP is reachable over the bridge,
         # and the route it returns names the broker by its pod IP.
         namesrv = f"{namesrv_pod['status']['podIP']}:{NAMESRV_PORT}"
@@ -272,7 +326,8 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
         assert sorted(seen) == sorted(before + after)  # the commit log survived on the PV
         print(
             f"\nreal node: name server Ready {namesrv_ready_s:.1f}s, broker Ready {broker_ready_s:.1f}s "
-            f"after apply; broker SIGKILLed -> restarted and Ready in {restart_ready_s:.1f}s"
+            f"after apply; broker SIGKILLed -> restarted and Ready in {restart_ready_s:.1f}s; "
+            f"DNS in a pod (seconds): {json.dumps({k: v[1] for k, v in resolved.items()})}"
         )
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
