@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -91,34 +92,53 @@ def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster
             pytest.fail(f"scripts/k8s-testbed down failed (processes may be left): {_describe(down)}")
 
 
-# The real node (containerd + kubelet + kube-proxy beside kwok) needs root, installs Debian
-# packages and changes host networking until `down`; its tests run only when asked for.
+# The real node (containerd + kubelet + kube-proxy + CoreDNS beside kwok) needs root on Linux,
+# apt-installs Debian's containerd/runc/CNI plugins when missing and changes host networking
+# until `down`.  Its tests run by default wherever they can (CI runs as root on a fresh Debian
+# machine); ORBITMQ_E2E_REAL_NODE=0 turns them off, and without root they are skipped.
 REAL_NODE_ENV = "ORBITMQ_E2E_REAL_NODE"
+
+
+def _real_node_skip_reason() -> str | None:
+    """Why the real-node tests cannot or should not run here, or None when they run."""
+    if os.environ.get(REAL_NODE_ENV) == "0":
+        return f"real-node e2e tests turned off ({REAL_NODE_ENV}=0)"
+    if not sys.platform.startswith("linux"):
+        return f"the real node needs Linux (containers, bridge, iptables), not {sys.platform}"
+    if os.geteuid() != 0:
+        return "the real node needs root (containerd, mounts, bridge, iptables): run pytest as root"
+    return None
 
 
 @pytest.fixture(scope="session")
 def k8s_real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
     """A second test bed, started with `up --real-node`: pods on `real-node-0` run as real containers.
 
-    Opt-in (skipped unless ORBITMQ_E2E_REAL_NODE=1): it is its own cluster, so the tests of
-    ``k8s_cluster`` never see the real node.  ``info["real_node"]`` describes the node (pod
-    range, the orbitmq image, the host paths its pods mount, the ctr command line).
+    Runs by default as root on Linux; skipped (with the reason) when not root or when
+    ORBITMQ_E2E_REAL_NODE=0.  Once it runs, a failing build or `up` fails the tests rather than
+    skipping them.  It is its own cluster, so the tests of ``k8s_cluster`` never see the real
+    node; `down` always runs at the end of the session, even after a failed `up`.
+    ``info["real_node"]`` describes the node (pod range, the orbitmq image, the host paths its
+    pods mount, the ctr command line, ``dns``: the CoreDNS address pods use as nameserver).
     """
-    if os.environ.get(REAL_NODE_ENV) != "1":
-        pytest.skip(f"real-node e2e tests are opt-in: set {REAL_NODE_ENV}=1 (needs root)")
+    reason = _real_node_skip_reason()
+    if reason:
+        pytest.skip(reason)
     # Short: the containerd socket lives under it and a unix socket path has 107 bytes.
     state = Path(tempfile.mkdtemp(prefix="omq-rn-"))
     home = tmp_path_factory.mktemp("k8s-real-node-home")
     env = dict(os.environ, ORBITMQ_K8S_STATE=str(state))
-    build = _run_testbed("build", env, BUILD_TIMEOUT_S)
-    if build.returncode != 0:
-        pytest.fail(f"scripts/k8s-testbed build failed: {_describe(build)}", pytrace=False)
-    up = _run_testbed("up", {**env, "ORBITMQ_K8S_REAL_NODE": "1"}, UP_TIMEOUT_S + 300)
     try:
+        build = _run_testbed("build", env, BUILD_TIMEOUT_S)
+        if build.returncode != 0:
+            pytest.fail(f"scripts/k8s-testbed build failed: {_describe(build)}", pytrace=False)
+        # apt-get may install containerd & co. first on a fresh machine: more than UP_TIMEOUT_S.
+        up = _run_testbed("up", {**env, "ORBITMQ_K8S_REAL_NODE": "1"}, UP_TIMEOUT_S + 300)
         if up.returncode != 0:
             pytest.fail(f"scripts/k8s-testbed up --real-node failed: {_describe(up)}", pytrace=False)
         info = json.loads((state / "cluster.json").read_text())
-        print(f"\nk8s test bed with a real node: Ready in {info['real_node']['ready_seconds']}s")
+        node = info["real_node"]
+        print(f"\nk8s test bed with a real node: Ready in {node['ready_seconds']}s, DNS {node['dns']}")
         yield K8sCluster(
             kubeconfig=Path(info["kubeconfig"]),
             state_dir=state,
@@ -127,6 +147,7 @@ def k8s_real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sClust
             info=info,
         )
     finally:
+        # Always, even after a failed or interrupted `up`: it may have set up half a node.
         down = _run_testbed("down", env, DOWN_TIMEOUT_S)
         if down.returncode != 0:
             pytest.fail(f"scripts/k8s-testbed down failed (the real node may be left): {_describe(down)}")
