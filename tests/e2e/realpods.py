@@ -1,0 +1,248 @@
+"""The operator against real pods on the test bed's real node: what its e2e tests and
+``benchmarks/operator_bench.py`` share.
+
+The operator runs as its own process (``orbitmq-operator``, out of the cluster with the test
+bed's kubeconfig, reaching name servers by pod IP as an operator outside the pod network
+would); the orbitmq image of the real node runs from the host's Python, so every cluster
+resource mounts it through ``spec.pod`` and is pinned to the real node; broker data lives on
+hostPath PersistentVolumes made here for each PVC of the StatefulSets' claim templates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from k8s_testbed_support import K8sCluster
+from operatorkit import get, install_crds
+
+VENV_BIN = Path(sys.executable).parent
+STORAGE_CLASS = "orbitmq-host"
+RUN_AS = 10001  # the builders' non-root uid (builders.common.RUN_AS_USER)
+RESYNC_S = "2"
+
+
+def create_namespace(k8s: K8sCluster, prefix: str) -> str:
+    name = f"{prefix}-{os.urandom(2).hex()}"
+    k8s.kubectl("create", "namespace", name)
+    k8s.wait_for(
+        f"ServiceAccount {name}/default",
+        lambda: k8s.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+    )
+    return name
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def operator_process(k8s: K8sCluster, namespace: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``orbitmq-operator`` watching ``namespace``; its log goes to ``log`` (shown on failure)."""
+    install_crds(k8s)
+    metrics_port = free_port()
+    env = {
+        **k8s.env,
+        "ORBITMQ_OPERATOR_CLUSTER_RESYNC_S": RESYNC_S,
+        "ORBITMQ_OPERATOR_RESOURCE_RESYNC_S": RESYNC_S,
+    }
+    args = [
+        str(VENV_BIN / "orbitmq-operator"),
+        "--namespace",
+        namespace,
+        "--standalone",
+        "--namesrv-mode",
+        "pod-ip",
+        "--metrics-port",
+        str(metrics_port),
+        "--liveness",
+        "",
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+    proc.metrics_port = metrics_port  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def cluster_deleted_at_exit(k8s: K8sCluster, namespace: str) -> Iterator[None]:
+    """Delete the namespace's clusters while the operator still runs (its finalizers)."""
+    try:
+        yield
+    finally:
+        k8s.kubectl(
+            "delete", "orbitmqclusters.orbitmq.io", "--all", "-n", namespace, "--timeout=60s", check=False
+        )
+
+
+def pod_settings(k8s: K8sCluster) -> dict[str, Any]:
+    """``spec.pod`` that runs orbitmq pods on the real node from the host's Python."""
+    node = k8s.info["real_node"]
+    paths = node["host_mounts"]
+    return {
+        "nodeSelector": node["labels"],
+        "volumes": [
+            {"name": f"host-{i}", "hostPath": {"path": path, "type": "Directory"}}
+            for i, path in enumerate(paths)
+        ],
+        "volumeMounts": [
+            {"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, path in enumerate(paths)
+        ],
+    }
+
+
+def cluster_cr(k8s: K8sCluster, name: str, brokers: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """An ``OrbitMQCluster`` of real pods: the real node's image, host-path storage."""
+    storage = {"size": "1Gi", "storageClassName": STORAGE_CLASS}
+    return {
+        "apiVersion": "orbitmq.io/v1alpha1",
+        "kind": "OrbitMQCluster",
+        "metadata": {"name": name},
+        "spec": {
+            "image": k8s.info["real_node"]["image"],
+            "imagePullPolicy": "Never",  # imported into containerd; there is no registry
+            "nameServers": {"replicas": 1},
+            "brokers": {"segmentMib": 16, "storage": storage, **brokers},
+            "pod": pod_settings(k8s),
+            **spec,
+        },
+    }
+
+
+def host_volumes(
+    k8s: K8sCluster, namespace: str, cluster: str, groups: int, replicas: int, root: Path
+) -> None:
+    """A hostPath PersistentVolume bound in advance to each PVC the brokers' StatefulSets will
+    claim (``data-<cluster>-broker-<group>-<ordinal>``); owned by the pods' non-root uid, as
+    fsGroup does not apply to hostPath volumes."""
+    volumes = []
+    for group in range(groups):
+        for ordinal in range(replicas):
+            claim = f"data-{cluster}-broker-{group}-{ordinal}"
+            path = root / claim
+            path.mkdir(parents=True, exist_ok=True)
+            os.chown(path, RUN_AS, RUN_AS)
+            volumes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"{namespace}-{claim}"},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": STORAGE_CLASS,
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "claimRef": {"namespace": namespace, "name": claim},
+                        "hostPath": {"path": str(path), "type": "Directory"},
+                    },
+                }
+            )
+    k8s.apply(*volumes)
+    os.chmod(root, 0o755)
+
+
+def delete_host_volumes(k8s: K8sCluster, namespace: str) -> None:
+    names = [
+        pv["metadata"]["name"]
+        for pv in k8s.get_json("persistentvolumes")["items"]
+        if pv["metadata"]["name"].startswith(f"{namespace}-")
+    ]
+    if names:
+        k8s.kubectl("delete", "persistentvolume", "--wait=false", *names, check=False)
+
+
+def wait_ready(k8s: K8sCluster, namespace: str, name: str, timeout: float = 180) -> dict[str, Any]:
+    """The cluster resource once its Ready condition is True for its current generation."""
+    found: dict[str, Any] = {}
+
+    def ready() -> bool:
+        nonlocal found
+        found = get(k8s, namespace, "orbitmqclusters", name)
+        status = found.get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        return (
+            conditions.get("Ready", {}).get("status") == "True"
+            and status.get("observedGeneration") == found["metadata"]["generation"]
+        )
+
+    k8s.wait_for(f"OrbitMQCluster {namespace}/{name} Ready", ready, timeout=timeout)
+    return found
+
+
+def group_status(k8s: K8sCluster, namespace: str, cluster: str, group: str) -> dict[str, Any]:
+    status = get(k8s, namespace, "orbitmqclusters", cluster).get("status") or {}
+    return next((g for g in status.get("brokerGroups") or [] if g["name"] == group), {})
+
+
+def namesrv_address(k8s: K8sCluster, namespace: str, cluster: str) -> str:
+    """The name servers as the test (on the host, outside the cluster's DNS) reaches them."""
+    pods = k8s.get_json(
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=namesrv",
+    )["items"]
+    return ";".join(f"{p['status']['podIP']}:9876" for p in pods if p["status"].get("podIP"))
+
+
+def pod_pids(pod_uid: str, needle: str) -> list[int]:
+    """Host PIDs of a pod's processes whose command line holds ``needle`` (its cgroup path
+    names the pod's UID under the kubelet's cgroupfs driver)."""
+    marker = "pod" + pod_uid
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cgroups = (entry / "cgroup").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cgroups and needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_pod_process(k8s: K8sCluster, namespace: str, pod: str, needle: str = "orbitmq") -> int:
+    """SIGKILL the pod's ``needle`` process(es) as a crash would; returns how many were killed."""
+    uid = k8s.get_json("pod", pod, "-n", namespace)["metadata"]["uid"]
+    pids = pod_pids(uid, needle)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
+def keep_down(k8s: K8sCluster, namespace: str, pod: str, until: Any, timeout: float) -> int:
+    """SIGKILL the pod's broker whenever the kubelet restarts it, until ``until()`` holds (a
+    crash loop: the kubelet's back-off then keeps it down for 10 s and more). Returns kills."""
+    uid = k8s.get_json("pod", pod, "-n", namespace)["metadata"]["uid"]
+    kills, deadline = 0, time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up keeping {pod} down after {timeout:.0f} s")
+        for pid in pod_pids(uid, "broker"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+        time.sleep(0.05)
+    return kills
