@@ -26,6 +26,8 @@ from orbitmq.v1.broker_pb2 import ErrorReason
 MASTER_ID = 0
 QUERY_TIMEOUT_S = 10
 """Bound on one broker query, so an unreachable master hands over to its slave in time."""
+DELAYED = "(delayed)"
+"""The pseudo consumer group under which :meth:`Admin.broker_backlog` counts waiting delayed messages."""
 _UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 T = TypeVar("T")
 
@@ -370,6 +372,10 @@ class Admin:
         Asked of the group's master: each subscription group it knows, over every topic that
         group has consumed there (retry topics included). A topic a group never consumed on
         this broker has no offset to measure and is not counted (as in RocketMQ's consumeStats).
+
+        Delayed messages still waiting there count too, under (:data:`DELAYED`,
+        ``SCHEDULE_TOPIC_XXXX``): they reach their topic on this broker only when due, so a
+        group removed before then would take them with it.
         """
         info = await self.cluster_info()
         data = info.broker_addr_table.get(broker_name)
@@ -395,6 +401,9 @@ class Admin:
             for queue in stats.queues:
                 if queue.lag > 0:
                     backlog[group, queue.topic] = backlog.get((group, queue.topic), 0) + queue.lag
+        runtime = await broker.GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest(), timeout=QUERY_TIMEOUT_S)
+        if runtime.delayed_messages_waiting > 0:
+            backlog[DELAYED, SCHEDULE_TOPIC] = runtime.delayed_messages_waiting
         return backlog
 
     # -- brokers and messages ------------------------------------------------------------------

@@ -14,7 +14,8 @@ import pytest
 from clusterkit import Cluster, Collector, consuming, eventually, run_cli, start_cluster
 
 from orbitmq.client import Message, Producer
-from orbitmq.client.admin import Admin
+from orbitmq.client.admin import DELAYED, Admin
+from orbitmq.common.topics import SCHEDULE_TOPIC
 
 pytestmark = pytest.mark.timeout(120)
 TOPIC = "Orders"
@@ -98,3 +99,25 @@ async def test_wipe_is_refused_naming_a_silent_name_server(cluster: Cluster) -> 
             await admin.wipe_write_perm("broker-b")
     async with Admin(cluster.address) as admin:
         assert await admin.wipe_write_perm("broker-b") == {cluster.address: 0}, "the live one did it"
+
+
+async def test_delayed_messages_waiting_on_a_group_are_backlog(cluster: Cluster) -> None:
+    """A delayed message reaches its topic on the broker it was sent to only when due: until
+    then a drain must count it, or removing the group would lose it."""
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
+    async with Producer("Later", cluster.address, route_refresh_ms=REGISTER_MS) as producer:
+        on_b = 0
+        while on_b < 3:
+            result = await producer.send(Message(TOPIC, b"later", delay_level=2))  # due in 5 s
+            on_b += result.broker_name == "broker-b"
+    async with Admin(cluster.address) as admin:
+        backlog = await admin.broker_backlog("broker-b")
+        assert backlog.get((DELAYED, SCHEDULE_TOPIC), 0) >= 3, backlog
+        await eventually(
+            lambda: _no_delayed(admin), 20, lambda: "broker-b's delayed messages were never delivered"
+        )
+
+
+async def _no_delayed(admin: Admin) -> bool:
+    return (DELAYED, SCHEDULE_TOPIC) not in await admin.broker_backlog("broker-b")
