@@ -17,6 +17,9 @@ from orbitmq_operator.config import OperatorConfig
 from orbitmq_operator.spec import GROUP
 
 FINALIZER = f"{GROUP}/operator"
+TICKING_TIMERS = ("Timer 'cluster_resync' succeeded.",)
+"""Lines kopf logs at INFO each time a timer returns: the cluster timer ticks every 2 s and
+mostly finds nothing due (``handlers.clusters.resync_due``), which would flood the log."""
 ANNOTATIONS_PREFIX = f"operator.{GROUP}"
 """kopf's own bookkeeping goes in annotations under our prefix, never in ``status`` (whose
 schema the CRDs define field by field: the API server would prune kopf's entries)."""
@@ -37,6 +40,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.L
     # goes; kopf looks again only every 60 s by default, so a resync that happened to be running
     # held a `kubectl delete` for a minute. Both exit within seconds of being asked.
     settings.background.cancellation_polling = 1
+    _quiet_ticks(logging.getLogger("kopf.objects"))
     if "config" not in memo:
         memo["config"] = OperatorConfig.from_env()
     memo["client"] = AsyncClient(config=KubeConfig.from_env(), field_manager="orbitmq-operator")
@@ -48,3 +52,13 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     client = memo.get("client")
     if client is not None:
         await client.close()
+
+
+class _TickFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() not in TICKING_TIMERS
+
+
+def _quiet_ticks(logger: logging.Logger) -> None:
+    if not any(isinstance(f, _TickFilter) for f in logger.filters):
+        logger.addFilter(_TickFilter())
