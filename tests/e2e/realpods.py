@@ -10,7 +10,10 @@ hostPath PersistentVolumes made here for each PVC of the StatefulSets' claim tem
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
+import itertools
 import os
 import signal
 import socket
@@ -18,11 +21,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from k8s_testbed_support import K8sCluster
 from operatorkit import get, install_crds
+
+from orbitmq.client import Message, Producer, SendStatus
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 VENV_BIN = Path(sys.executable).parent
 STORAGE_CLASS = "orbitmq-host"
@@ -93,6 +101,24 @@ def cluster_deleted_at_exit(k8s: K8sCluster, namespace: str) -> Iterator[None]:
         )
 
 
+@contextlib.contextmanager
+def operated_namespace(k8s: K8sCluster, prefix: str, workdir: Path) -> Iterator[str]:
+    """A new namespace watched by an operator process; on the way out its clusters are deleted
+    (while the operator runs), then the namespace and its volumes; the operator's log is
+    printed when the block failed."""
+    namespace = create_namespace(k8s, prefix)
+    log = workdir / "operator.log"
+    try:
+        with operator_process(k8s, namespace, log), cluster_deleted_at_exit(k8s, namespace):
+            yield namespace
+    except BaseException:
+        print(log.read_text(errors="replace")[-20000:])
+        raise
+    finally:
+        k8s.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        delete_host_volumes(k8s, namespace)
+
+
 def pod_settings(k8s: K8sCluster) -> dict[str, Any]:
     """``spec.pod`` that runs orbitmq pods on the real node from the host's Python."""
     node = k8s.info["real_node"]
@@ -127,6 +153,25 @@ def cluster_cr(k8s: K8sCluster, name: str, brokers: dict[str, Any], **spec: Any)
     }
 
 
+def hostpath_volume(
+    name: str, path: Path, storage_class: str, node: str, claim: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """A PersistentVolume on ``node``'s ``path`` (no provisioner on the test bed); ``claim``
+    (namespace, PVC name) binds it in advance to the PVC a StatefulSet will make."""
+    selector = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    spec: dict[str, Any] = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": storage_class,
+        "persistentVolumeReclaimPolicy": "Retain",
+        "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [selector]}]}},
+    }
+    if claim is not None:
+        spec["claimRef"] = {"namespace": claim[0], "name": claim[1]}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": spec}
+
+
 def host_volumes(
     k8s: K8sCluster, namespace: str, cluster: str, groups: int, replicas: int, root: Path
 ) -> None:
@@ -140,20 +185,9 @@ def host_volumes(
             path = root / claim
             path.mkdir(parents=True, exist_ok=True)
             os.chown(path, RUN_AS, RUN_AS)
+            node = k8s.info["real_node"]["name"]
             volumes.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": f"{namespace}-{claim}"},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": STORAGE_CLASS,
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "claimRef": {"namespace": namespace, "name": claim},
-                        "hostPath": {"path": str(path), "type": "Directory"},
-                    },
-                }
+                hostpath_volume(f"{namespace}-{claim}", path, STORAGE_CLASS, node, (namespace, claim))
             )
     k8s.apply(*volumes)
     os.chmod(root, 0o755)
@@ -246,3 +280,74 @@ def keep_down(k8s: K8sCluster, namespace: str, pod: str, until: Any, timeout: fl
                 kills += 1
         time.sleep(0.05)
     return kills
+
+
+@dataclass
+class Ack:
+    at: float
+    body: str
+    status: SendStatus
+    broker: str
+
+
+@dataclass
+class Senders:
+    """``count`` tasks sending to ``topic`` back to back through one producer, recording every
+    acknowledgement and every send that still failed after the client's retries."""
+
+    producer: Producer
+    topic: str
+    count: int
+    acked: list[Ack] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._tasks = [asyncio.create_task(self._send(n)) for n in range(self.count)]
+
+    async def _send(self, n: int) -> None:
+        for i in itertools.count():
+            if self._stop.is_set():
+                return
+            body = f"s{n}-{i}"
+            try:
+                result = await self.producer.send(Message(self.topic, body.encode()))
+            except Exception as error:  # a send that failed after retries: what tests count
+                self.failures.append(f"{type(error).__name__}: {error}")
+            else:
+                self.acked.append(Ack(time.monotonic(), body, result.status, result.broker_name))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+    def since(self, moment: float) -> list[Ack]:
+        return [a for a in self.acked if a.at > moment]
+
+    def longest_pause(self, start: float, end: float = float("inf")) -> float:
+        """The longest gap between acknowledgements that ends after ``start`` and starts before ``end``."""
+        times = [a.at for a in self.acked]
+        return max((b - a for a, b in itertools.pairwise(times) if b > start and a < end), default=0.0)
+
+    def statuses(self) -> dict[str, int]:
+        return dict(collections.Counter(a.status.value for a in self.acked))
+
+
+async def ha_state(address: str) -> broker_pb2.GetHaStateReply:
+    async with grpc.aio.insecure_channel(address) as channel:
+        return await broker_pb2_grpc.BrokerStub(channel).GetHaState(broker_pb2.GetHaStateRequest(), timeout=2)
+
+
+async def rejoined_as_slave(k8s: K8sCluster, namespace: str, pod: str, epoch: int, within: float) -> None:
+    """Wait until ``pod``'s broker (an old master the kubelet restarts) serves as a slave of
+    ``epoch``, the epoch of the failover that replaced it."""
+    deadline = time.monotonic() + within
+    while True:
+        ip = (await asyncio.to_thread(k8s.get_json, "pod", pod, "-n", namespace))["status"].get("podIP")
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            state = await ha_state(f"{ip}:10911")
+            if state.role == "SLAVE" and state.epoch == epoch:
+                return
+        assert time.monotonic() < deadline, f"{pod} did not rejoin as a slave of epoch {epoch}"
+        await asyncio.sleep(0.5)

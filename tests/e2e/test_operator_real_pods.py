@@ -1,166 +1,240 @@
-"""The operator process against real pods on the test bed's real node: an ``OrbitMQCluster``
-applied with kubectl becomes running name-server and broker containers, and a SIGKILLed
-master's group is failed over while producers keep sending.
+"""The operator process against real pods on the test bed's real node: ``OrbitMQCluster``
+resources applied, scaled and patched with kubectl become running name-server and broker
+containers, while producers keep sending and every acknowledged message is consumed after.
 
-The failover test produces with acknowledgements (SYNC_MASTER: a SEND_OK means the slave holds
-the message), SIGKILLs the master's process and keeps it down as a crash loop would, waits for
-the operator to promote the slave, consumes everything afterwards and reports how long writes
-paused; the old master, restarted by the kubelet, must come back as a slave of the new epoch.
+* Failover: SYNC_MASTER (a SEND_OK means the slave holds the message); the master's process is
+  SIGKILLed and kept down as a crash loop would, the operator promotes the slave, writes pause
+  briefly, and the old master, restarted by the kubelet, comes back as a slave of the new epoch.
+* Scaling and rolling updates: a second broker group is added (the topic and consumer-group
+  resources reach it, producers use it), a broker setting changes (every broker pod restarts,
+  slaves first, masters after a switchover), and the group is removed again through a drain
+  that waits for the consumer group to consume its backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from k8s_testbed_support import K8sCluster
-from operatorkit import wait_condition
+from operatorkit import get, wait_condition
 from realpods import (
+    Senders,
     cluster_cr,
-    cluster_deleted_at_exit,
-    create_namespace,
-    delete_host_volumes,
     group_status,
     host_volumes,
     keep_down,
     kill_pod_process,
     namesrv_address,
-    operator_process,
+    operated_namespace,
+    rejoined_as_slave,
     wait_ready,
 )
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration" / "client"))
-from clusterkit import consume_all, eventually
+from clusterkit import Collector, consume_all, consuming, eventually
 
-from orbitmq.client import Message, Producer, SendStatus
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+from orbitmq.client import Producer, SendStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
 
-CLUSTER = "fo"
-GROUP = f"{CLUSTER}-broker-0"
 TOPIC = "RealPodOrders"
+CONSUMER_GROUP = "RealPodBilling"
 SENDERS = 4
-KILL_AFTER = 300
+WARM_UP = 300
 
 
-def topic_cr(name: str) -> dict[str, Any]:
+def topic_cr(cluster: str) -> dict[str, Any]:
     return {
         "apiVersion": "orbitmq.io/v1alpha1",
         "kind": "OrbitMQTopic",
-        "metadata": {"name": name.lower()},
-        "spec": {"cluster": CLUSTER, "topicName": name, "readQueues": 4, "writeQueues": 4},
+        "metadata": {"name": TOPIC.lower()},
+        "spec": {"cluster": cluster, "topicName": TOPIC, "readQueues": 4, "writeQueues": 4},
     }
 
 
-async def ha_state(address: str) -> broker_pb2.GetHaStateReply:
-    async with grpc.aio.insecure_channel(address) as channel:
-        return await broker_pb2_grpc.BrokerStub(channel).GetHaState(broker_pb2.GetHaStateRequest(), timeout=2)
+def consumer_group_cr(cluster: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "orbitmq.io/v1alpha1",
+        "kind": "OrbitMQConsumerGroup",
+        "metadata": {"name": CONSUMER_GROUP.lower()},
+        "spec": {"cluster": cluster, "groupName": CONSUMER_GROUP},
+    }
+
+
+async def wait(what: str, predicate: Any, within: float) -> None:
+    """Poll a blocking (kubectl) predicate without stalling the senders' event loop."""
+    deadline = time.monotonic() + within
+    while not await asyncio.to_thread(predicate):
+        assert time.monotonic() < deadline, f"timed out after {within:.0f} s waiting for {what}"
+        await asyncio.sleep(0.5)
+
+
+async def start_cluster(k8s: K8sCluster, ns: str, name: str, brokers: dict[str, Any], **spec: Any) -> float:
+    """Apply the cluster and its topic; returns seconds from apply to the cluster's Ready."""
+    applied = time.monotonic()
+    k8s.apply(cluster_cr(k8s, name, brokers, **spec), namespace=ns)
+    await asyncio.to_thread(wait_ready, k8s, ns, name)
+    ready_s = time.monotonic() - applied
+    k8s.apply(topic_cr(name), namespace=ns)
+    await asyncio.to_thread(
+        wait_condition, k8s, ns, "orbitmqtopics", TOPIC.lower(), "Ready", "True", "Applied", 120
+    )
+    return ready_s
 
 
 async def test_a_killed_master_is_failed_over_on_real_pods(k8s_real_node: K8sCluster, tmp_path: Path) -> None:
-    k8s = k8s_real_node
-    ns = create_namespace(k8s, "e2e-failover")
-    host_volumes(k8s, ns, CLUSTER, groups=1, replicas=2, root=tmp_path / "volumes")
-    log = tmp_path / "operator.log"
-    try:
-        with operator_process(k8s, ns, log), cluster_deleted_at_exit(k8s, ns):
-            applied = time.monotonic()
-            brokers = {"groups": 1, "slavesPerGroup": 1, "replicationMode": "SYNC_MASTER"}
-            failover = {"enabled": True, "detectionWindowMs": 2000}
-            k8s.apply(cluster_cr(k8s, CLUSTER, brokers, failover=failover), namespace=ns)
-            await asyncio.to_thread(wait_ready, k8s, ns, CLUSTER)
-            ready_s = time.monotonic() - applied
-            k8s.apply(topic_cr(TOPIC), namespace=ns)
-            await asyncio.to_thread(
-                wait_condition, k8s, ns, "orbitmqtopics", TOPIC.lower(), "Ready", "True", "Applied", 120
+    k8s, cluster, group = k8s_real_node, "fo", "fo-broker-0"
+    with operated_namespace(k8s, "e2e-failover", tmp_path) as ns:
+        host_volumes(k8s, ns, cluster, groups=1, replicas=2, root=tmp_path / "volumes")
+        brokers = {"groups": 1, "slavesPerGroup": 1, "replicationMode": "SYNC_MASTER"}
+        failover = {"enabled": True, "detectionWindowMs": 2000}
+        ready_s = await start_cluster(k8s, ns, cluster, brokers, failover=failover)
+        before = group_status(k8s, ns, cluster, group)
+        old_master = before["master"]
+        assert old_master and before["writable"], before
+        namesrv = namesrv_address(k8s, ns, cluster)
+
+        async with Producer("RealPodFailover", namesrv) as producer:
+            senders = Senders(producer, TOPIC, SENDERS)
+            await eventually(lambda: len(senders.acked) >= WARM_UP, 60, lambda: f"{len(senders.acked)} acked")
+            killed = time.monotonic()
+            assert kill_pod_process(k8s, ns, old_master) >= 1
+
+            def promoted() -> bool:
+                now = group_status(k8s, ns, cluster, group)
+                return bool(now.get("master")) and now["master"] != old_master
+
+            kills = 1 + await asyncio.to_thread(keep_down, k8s, ns, old_master, promoted, 60)
+            promoted_s = time.monotonic() - killed
+            after = group_status(k8s, ns, cluster, group)
+            assert after["epoch"] > before["epoch"], (before, after)
+
+            await rejoined_as_slave(k8s, ns, old_master, after["epoch"], within=120)
+            rejoined_s = time.monotonic() - killed
+            mark = time.monotonic()
+            await eventually(
+                lambda: any(a.status is SendStatus.SEND_OK for a in senders.since(mark)),
+                30,
+                lambda: "no SEND_OK since the old master rejoined",
             )
-            before = group_status(k8s, ns, CLUSTER, GROUP)
-            old_master = before["master"]
-            assert old_master and before["writable"], before
-            namesrv = namesrv_address(k8s, ns, CLUSTER)
+            await senders.stop()
 
-            acked: list[tuple[float, str, SendStatus]] = []
-            failures: list[str] = []
-            stop = asyncio.Event()
+        # writes are accepted again at the end of the longest pause the kill started
+        # (sends in flight at the kill may still be acknowledged just after it)
+        pause = senders.longest_pause(killed)
+        await consume_all(namesrv, TOPIC, [a.body for a in senders.acked], "RealPodFailoverCheck", within=90)
+        print(
+            f"\nreal pods, failover: apply -> Ready {ready_s:.1f} s; master {old_master} SIGKILLed "
+            f"({kills} kills while kept down), slave promoted after {promoted_s:.1f} s, writes paused "
+            f"at most {pause:.2f} s; old master back as a slave after {rejoined_s:.1f} s; "
+            f"{len(senders.acked)} acknowledged {senders.statuses()}, {len(senders.failures)} failed "
+            "sends, all consumed"
+        )
+        assert senders.failures == [], senders.failures[:3]
+        assert pause < 30, pause
 
-            async def sender(producer: Producer, n: int) -> None:
-                for i in itertools.count():
-                    if stop.is_set():
-                        return
-                    body = f"s{n}-{i}"
-                    try:
-                        result = await producer.send(Message(TOPIC, body.encode()))
-                    except Exception as error:  # reported: a send that failed after retries
-                        failures.append(f"{type(error).__name__}: {error}")
-                    else:
-                        acked.append((time.monotonic(), body, result.status))
 
-            async with Producer("RealPodFailover", namesrv) as producer:
-                senders = [asyncio.create_task(sender(producer, n)) for n in range(SENDERS)]
-                await eventually(lambda: len(acked) >= KILL_AFTER, 60, lambda: f"{len(acked)} acknowledged")
-                master_pod = old_master
-                killed = time.monotonic()
-                assert kill_pod_process(k8s, ns, master_pod) >= 1
+def broker_pods(k8s: K8sCluster, ns: str, cluster: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker"
+    return k8s.get_json("pods", "-n", ns, "-l", selector)["items"]
 
-                def promoted() -> bool:
-                    now = group_status(k8s, ns, CLUSTER, GROUP)
-                    return bool(now.get("master")) and now["master"] != old_master
 
-                kills = 1 + await asyncio.to_thread(keep_down, k8s, ns, master_pod, promoted, 60)
-                promoted_s = time.monotonic() - killed
-                after = group_status(k8s, ns, CLUSTER, GROUP)
-                assert after["epoch"] > before["epoch"], (before, after)
+def rolled(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> bool:
+    """Every broker pod Ready at its StatefulSet's update revision, and no roll in the status."""
+    status = get(k8s, ns, "orbitmqclusters", cluster).get("status") or {}
+    if status.get("rollingUpdates"):
+        return False
+    revisions = {}
+    for n in range(groups):
+        sts = k8s.get_json("statefulset", f"{cluster}-broker-{n}", "-n", ns)
+        revisions[sts["metadata"]["name"]] = sts["status"].get("updateRevision")
+    for pod in broker_pods(k8s, ns, cluster):
+        owner = pod["metadata"]["ownerReferences"][0]["name"]
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []
+        )
+        if pod["metadata"]["labels"].get("controller-revision-hash") != revisions.get(owner) or not ready:
+            return False
+    return True
 
-                # the old master, restarted by the kubelet once its back-off ends, rejoins as a
-                # slave of the new epoch, and SYNC_MASTER sends are SEND_OK again
-                async def rejoined() -> bool:
-                    ip = k8s.get_json("pod", old_master, "-n", ns)["status"].get("podIP")
-                    try:
-                        state = await ha_state(f"{ip}:10911")
-                    except grpc.aio.AioRpcError:
-                        return False
-                    return state.role == "SLAVE" and state.epoch == after["epoch"]
 
-                deadline = time.monotonic() + 120
-                while not await rejoined():
-                    assert time.monotonic() < deadline, "the old master did not rejoin as a slave"
-                    await asyncio.sleep(0.5)
-                rejoined_s = time.monotonic() - killed
-                mark = time.monotonic()
-                await eventually(
-                    lambda: any(at > mark and st is SendStatus.SEND_OK for at, _, st in acked),
-                    30,
-                    lambda: "no SEND_OK since the old master rejoined",
+async def test_scale_up_roll_and_drain_on_real_pods(k8s_real_node: K8sCluster, tmp_path: Path) -> None:
+    k8s, cluster = k8s_real_node, "sc"
+    with operated_namespace(k8s, "e2e-scale", tmp_path) as ns:
+        host_volumes(k8s, ns, cluster, groups=2, replicas=2, root=tmp_path / "volumes")
+        await start_cluster(k8s, ns, cluster, {"groups": 1, "slavesPerGroup": 1})
+        k8s.apply(consumer_group_cr(cluster), namespace=ns)
+        namesrv = namesrv_address(k8s, ns, cluster)
+        collector = Collector()
+        async with (
+            Producer("RealPodScale", namesrv) as producer,
+            consuming(namesrv, TOPIC, CONSUMER_GROUP, collector),
+        ):
+            senders = Senders(producer, TOPIC, SENDERS)
+            await eventually(lambda: len(senders.acked) >= WARM_UP, 60, lambda: f"{len(senders.acked)} acked")
+
+            # up: the new group gets the topic and the group, and producers use it
+            began = time.monotonic()
+            k8s.kubectl("scale", "orbitmqclusters.orbitmq.io", cluster, "--replicas=2", "-n", ns)
+            await asyncio.to_thread(wait_ready, k8s, ns, cluster)
+            new_group = f"{cluster}-broker-1"
+            await eventually(
+                lambda: any(a.broker == new_group for a in senders.since(began)),
+                60,
+                lambda: f"no send reached {new_group}",
+            )
+            scaled_up_s = time.monotonic() - began
+            for plural, name in (("orbitmqtopics", TOPIC), ("orbitmqconsumergroups", CONSUMER_GROUP)):
+                applied_to = get(k8s, ns, plural, name.lower())["status"]["appliedTo"]
+                assert new_group in applied_to, (plural, applied_to)
+
+            # a setting changes: every broker pod restarts, no send fails after retries
+            began = time.monotonic()
+            patch = '{"spec": {"brokers": {"settings": {"lock_expiry_ms": 45000}}}}'
+            k8s.kubectl("patch", "orbitmqclusters.orbitmq.io", cluster, "-n", ns, "--type=merge", "-p", patch)
+            before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in broker_pods(k8s, ns, cluster)}
+            await wait("the rolling update", lambda: rolled(k8s, ns, cluster, 2), 300)
+            roll_s, roll_pause = time.monotonic() - began, senders.longest_pause(began)
+            after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in broker_pods(k8s, ns, cluster)}
+            assert all(after[name] != uid for name, uid in before.items()), "a pod was not restarted"
+            await asyncio.to_thread(wait_ready, k8s, ns, cluster)
+
+            # down: the group is drained (consumers catch up on it) before it is removed
+            began = time.monotonic()
+            k8s.kubectl("scale", "orbitmqclusters.orbitmq.io", cluster, "--replicas=1", "-n", ns)
+
+            def removed() -> bool:
+                gone = k8s.kubectl("get", "statefulset", new_group, "-n", ns, check=False).returncode != 0
+                return gone and not (get(k8s, ns, "orbitmqclusters", cluster).get("status") or {}).get(
+                    "drains"
                 )
-                stop.set()
-                await asyncio.gather(*senders)
 
-            times = [at for at, _, _ in acked]
-            # writes are accepted again at the end of the longest pause in acknowledgements
-            # that the kill started (in-flight sends may still be acknowledged just after it)
-            longest_pause = max(b - a for a, b in itertools.pairwise(times) if b > killed)
-            await consume_all(
-                namesrv, TOPIC, [body for _, body, _ in acked], "RealPodFailoverCheck", within=90
+            await wait(f"{new_group} drained and removed", removed, 300)
+            drain_s = time.monotonic() - began
+            await asyncio.to_thread(wait_ready, k8s, ns, cluster)
+            mark = time.monotonic()
+            await eventually(lambda: len(senders.since(mark)) >= 50, 30, lambda: "no send after the drain")
+            await senders.stop()
+            acked = {a.body for a in senders.acked}
+            await eventually(
+                lambda: acked <= set(collector.bodies()),
+                60,
+                lambda: f"{len(acked - set(collector.bodies()))} acknowledged messages not consumed",
             )
-            statuses = {s.value: sum(1 for _, _, st in acked if st is s) for s in {st for _, _, st in acked}}
-            print(
-                f"\nreal pods: apply -> Ready {ready_s:.1f} s; master {old_master} SIGKILLed ({kills} kills "
-                f"while kept down), slave promoted after {promoted_s:.1f} s, writes paused at most "
-                f"{longest_pause:.2f} s; old master back as a slave after {rejoined_s:.1f} s; "
-                f"{len(acked)} acknowledged {statuses}, {len(failures)} failed sends, all consumed"
-            )
-            assert len(failures) == 0, failures[:3]
-            assert longest_pause < 30, longest_pause
-    except BaseException:
-        print(log.read_text(errors="replace")[-20000:])
-        raise
-    finally:
-        k8s.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        delete_host_volumes(k8s, ns)
+        listed = k8s.get_json("events", "-n", ns)["items"]
+        reasons = [e["reason"] for e in listed]
+        unplanned = [e["message"] for e in listed if e["reason"] == "Failover"]  # a roll switches over
+        print(
+            f"\nreal pods, scaling: up to 2 groups (first send on the new group) {scaled_up_s:.1f} s; "
+            f"rolling update of 4 broker pods {roll_s:.1f} s, longest pause {roll_pause:.2f} s; drain "
+            f"and removal {drain_s:.1f} s; {len(senders.acked)} acknowledged, {len(senders.failures)} "
+            f"failed sends, all consumed by {CONSUMER_GROUP}; events {sorted(set(reasons))}"
+        )
+        assert senders.failures == [], senders.failures[:3]
+        assert {"Switchover", "Draining"} <= set(reasons), reasons
+        assert unplanned == [], unplanned

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from k8s_testbed_support import K8sCluster
+from realpods import hostpath_volume
 
 from orbitmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 
@@ -216,35 +217,8 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
         broker = _server(
             "broker", BROKER_PORT, broker_args, [{"name": "data", "mountPath": "/var/lib/orbitmq"}]
         )
-        cluster.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"{ns}-broker-data"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": storage_class,
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": str(data), "type": "DirectoryOrCreate"},
-                    "nodeAffinity": {
-                        "required": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {
-                                            "key": "kubernetes.io/hostname",
-                                            "operator": "In",
-                                            "values": [cluster.info["real_node"]["name"]],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    },
-                },
-            }
-        )
+        node = cluster.info["real_node"]["name"]
+        cluster.apply(hostpath_volume(f"{ns}-broker-data", data, storage_class, node))
         cluster.apply(
             {
                 "apiVersion": "v1",

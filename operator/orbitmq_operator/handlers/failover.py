@@ -21,7 +21,7 @@ from orbitmq.ha import Policy
 from orbitmq_operator import metrics
 from orbitmq_operator.builders import names
 from orbitmq_operator.handlers import events
-from orbitmq_operator.reconcile.failover import STEP_INTERVAL_S, ClusterFailover, GroupPods
+from orbitmq_operator.reconcile.failover import STEP_INTERVAL_S, ClusterFailover, GroupPods, wanted_groups
 from orbitmq_operator.spec import GROUP, VERSION, ClusterSpec
 
 BROKER_PODS = {names.LABEL_NAME: names.APP, names.LABEL_COMPONENT: names.BROKER}
@@ -73,9 +73,8 @@ async def failover(
             parsed = None  # the reconcile reports it; nothing to fail over with
         if parsed is not None and parsed.failover.enabled:
             policy = Policy(detection_window_ms=parsed.failover.detection_window_ms)
-            state.configure(
-                pods_by_group(broker_pods, namespace, name), parsed.brokers.replication_mode.value, policy
-            )
+            pods = wanted_groups(pods_by_group(broker_pods, namespace, name), name, parsed.brokers.groups)
+            state.configure(pods, parsed.brokers.replication_mode.value, policy)
             try:
                 async with ha_lock:  # never in the middle of a rolling update's switchover
                     acted = await state.step(int(time.time() * 1000))

@@ -41,6 +41,14 @@ def sync_members(failover: BrokerGroupFailover, pods: GroupPods) -> None:
         member.address = member_address(pods[member.name])
 
 
+def wanted_groups(pods_by_group: Mapping[str, GroupPods], cluster: str, groups: int) -> dict[str, GroupPods]:
+    """Only the groups the spec asks for: a surplus group is being drained (its writes are off,
+    consumers read from its slave) or removed, and its pods terminate one by one as its
+    StatefulSet goes, which would otherwise look like a dead master with a live slave."""
+    wanted = {names.broker_group(cluster, n) for n in range(groups)}
+    return {group: pods for group, pods in pods_by_group.items() if group in wanted}
+
+
 @dataclass
 class ClusterFailover:
     """The failover state of one cluster's groups, kept across steps (in the daemon's memo)."""

@@ -17,7 +17,7 @@ from orbitmq_operator.config import NamesrvMode, OperatorConfig, parse_overrides
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.apply import ANNOTATION_APPLIED_HASH, applied_hash, needs_apply, stamped
 from orbitmq_operator.reconcile.conditions import Reason
-from orbitmq_operator.reconcile.failover import ClusterFailover, sync_members
+from orbitmq_operator.reconcile.failover import ClusterFailover, sync_members, wanted_groups
 from orbitmq_operator.reconcile.resources import (
     group_arguments,
     refusal_of,
@@ -160,3 +160,17 @@ def test_config_from_environment() -> None:
 def test_a_bad_override_names_the_rule() -> None:
     with pytest.raises(SpecError, match="<namespace>/<cluster>=<host:port>"):
         parse_overrides("demo=127.0.0.1:9876")
+
+
+def test_surplus_groups_being_drained_or_removed_are_not_failed_over() -> None:
+    """Deleting a drained group's StatefulSet terminates its master and slave one by one; the
+    failover daemon must not read that as a dead master with a live slave."""
+    pods = {
+        "demo-broker-0": {"demo-broker-0-0": "10.0.0.1", "demo-broker-0-1": "10.0.0.2"},
+        "demo-broker-1": {"demo-broker-1-0": None, "demo-broker-1-1": "10.0.0.4"},
+    }
+    assert wanted_groups(pods, "demo", 2) == pods
+    assert wanted_groups(pods, "demo", 1) == {"demo-broker-0": pods["demo-broker-0"]}
+    state = ClusterFailover()
+    state.configure(wanted_groups(pods, "demo", 1), "ASYNC_MASTER", Policy(detection_window_ms=1000))
+    assert list(state.groups) == ["demo-broker-0"]
