@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import datetime
 import itertools
-import json
 import os
 import shutil
 import signal
@@ -65,6 +64,7 @@ from realpods import (  # noqa: E402
     create_namespace,
     group_status,
     host_volumes,
+    is_ready,
     keep_down,
     namesrv_address,
     operator_process,
@@ -77,6 +77,7 @@ from orbitmq.bench.figures import Figure, emit  # noqa: E402
 from orbitmq.client import Message, Producer, SendStatus  # noqa: E402
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc  # noqa: E402
 from orbitmq_operator.builders import common  # noqa: E402
+from orbitmq_operator.builders.nameservers import namesrv_command  # noqa: E402
 
 CLUSTER = "bench"
 GROUPS = 3
@@ -129,17 +130,10 @@ def testbed(real_node: bool) -> Iterator[K8sCluster]:
         run_testbed("build", env, 3600)
         started = time.monotonic()
         run_testbed("up", {**env, "ORBITMQ_K8S_REAL_NODE": "1"} if real_node else env, 900)
-        info = json.loads((state / "cluster.json").read_text())
         note(
             f"test bed up in {time.monotonic() - started:.0f} s ({'real node' if real_node else 'kwok only'})"
         )
-        yield K8sCluster(
-            kubeconfig=Path(info["kubeconfig"]),
-            state_dir=state,
-            bin_dir=Path(info["bin"]),
-            home=home,
-            info=info,
-        )
+        yield K8sCluster.from_state(state, home)
     finally:
         note("test bed down")
         down = subprocess.run(
@@ -216,16 +210,7 @@ def baseline_statefulset(k8s: K8sCluster, name: str) -> dict[str, Any]:
         "name": "namesrv",
         "image": k8s.info["real_node"]["image"],
         "imagePullPolicy": "Never",
-        "command": [
-            "orbitmq",
-            "--log-level",
-            "INFO",
-            "namesrv",
-            "--listen",
-            f"0.0.0.0:{NAMESRV_PORT}",
-            "--metrics-listen",
-            "0.0.0.0:9100",
-        ],
+        "command": namesrv_command(9100),
         **common.grpc_probes(NAMESRV_PORT, 60),
         "securityContext": common.container_security_context(),
         "volumeMounts": [{"name": tmp["name"], "mountPath": "/tmp"}, *settings["volumeMounts"]],
@@ -336,13 +321,7 @@ def timeline(k8s: K8sCluster, ns: str, selector: str, applied: float, what: str)
 
 
 def cluster_is_ready(k8s: K8sCluster, ns: str, name: str) -> bool:
-    found = get(k8s, ns, "orbitmqclusters", name)
-    status = found.get("status") or {}
-    conditions = {c["type"]: c for c in status.get("conditions") or []}
-    return (
-        conditions.get("Ready", {}).get("status") == "True"
-        and status.get("observedGeneration") == found["metadata"]["generation"]
-    )
+    return is_ready(get(k8s, ns, "orbitmqclusters", name))
 
 
 # -- figure 3: an unchanged cluster ---------------------------------------------------------------

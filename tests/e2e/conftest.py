@@ -17,7 +17,6 @@ fixture bounds each of its own subprocesses instead.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -76,16 +75,10 @@ def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster
     try:
         if up.returncode != 0:
             pytest.fail(f"scripts/k8s-testbed up failed: {_describe(up)}", pytrace=False)
-        info = json.loads((state / "cluster.json").read_text())
+        cluster = K8sCluster.from_state(state, home)
         up_s = time.monotonic() - started - build_s
-        print(f"\nk8s test bed: build {build_s:.1f}s, up {up_s:.1f}s, {info['server']}")
-        yield K8sCluster(
-            kubeconfig=Path(info["kubeconfig"]),
-            state_dir=state,
-            bin_dir=Path(info["bin"]),
-            home=home,
-            info=info,
-        )
+        print(f"\nk8s test bed: build {build_s:.1f}s, up {up_s:.1f}s, {cluster.info['server']}")
+        yield cluster
     finally:
         down = _run_testbed("down", env, DOWN_TIMEOUT_S)
         if down.returncode != 0:
@@ -136,16 +129,10 @@ def k8s_real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sClust
         up = _run_testbed("up", {**env, "ORBITMQ_K8S_REAL_NODE": "1"}, UP_TIMEOUT_S + 300)
         if up.returncode != 0:
             pytest.fail(f"scripts/k8s-testbed up --real-node failed: {_describe(up)}", pytrace=False)
-        info = json.loads((state / "cluster.json").read_text())
-        node = info["real_node"]
+        cluster = K8sCluster.from_state(state, home)
+        node = cluster.info["real_node"]
         print(f"\nk8s test bed with a real node: Ready in {node['ready_seconds']}s, DNS {node['dns']}")
-        yield K8sCluster(
-            kubeconfig=Path(info["kubeconfig"]),
-            state_dir=state,
-            bin_dir=Path(info["bin"]),
-            home=home,
-            info=info,
-        )
+        yield cluster
     finally:
         # Always, even after a failed or interrupted `up`: it may have set up half a node.
         down = _run_testbed("down", env, DOWN_TIMEOUT_S)

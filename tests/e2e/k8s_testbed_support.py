@@ -48,6 +48,18 @@ class K8sCluster:
     home: Path
     info: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_state(cls, state: Path, home: Path) -> K8sCluster:
+        """The test bed `scripts/k8s-testbed up` started in ``state`` (its cluster.json)."""
+        info = json.loads((state / "cluster.json").read_text())
+        return cls(
+            kubeconfig=Path(info["kubeconfig"]),
+            state_dir=state,
+            bin_dir=Path(info["bin"]),
+            home=home,
+            info=info,
+        )
+
     @property
     def env(self) -> dict[str, str]:
         """Environment for tools talking to the cluster.

@@ -203,19 +203,24 @@ def delete_host_volumes(k8s: K8sCluster, namespace: str) -> None:
         k8s.kubectl("delete", "persistentvolume", "--wait=false", *names, check=False)
 
 
+def is_ready(cluster: dict[str, Any]) -> bool:
+    """Ready=True for the cluster resource's current generation."""
+    status = cluster.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    return (
+        conditions.get("Ready", {}).get("status") == "True"
+        and status.get("observedGeneration") == cluster["metadata"]["generation"]
+    )
+
+
 def wait_ready(k8s: K8sCluster, namespace: str, name: str, timeout: float = 180) -> dict[str, Any]:
-    """The cluster resource once its Ready condition is True for its current generation."""
+    """The cluster resource once it :func:`is_ready`."""
     found: dict[str, Any] = {}
 
     def ready() -> bool:
         nonlocal found
         found = get(k8s, namespace, "orbitmqclusters", name)
-        status = found.get("status") or {}
-        conditions = {c["type"]: c for c in status.get("conditions") or []}
-        return (
-            conditions.get("Ready", {}).get("status") == "True"
-            and status.get("observedGeneration") == found["metadata"]["generation"]
-        )
+        return is_ready(found)
 
     k8s.wait_for(f"OrbitMQCluster {namespace}/{name} Ready", ready, timeout=timeout)
     return found

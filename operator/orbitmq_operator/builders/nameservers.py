@@ -81,22 +81,26 @@ def statefulset(cluster: Cluster) -> Manifest:
     }
 
 
+def namesrv_command(metrics_port: int) -> list[str]:
+    return [
+        "orbitmq",
+        "--log-level",
+        "INFO",
+        "namesrv",
+        "--listen",
+        f"0.0.0.0:{names.NAMESRV_PORT}",
+        "--metrics-listen",
+        f"0.0.0.0:{metrics_port}",
+    ]
+
+
 def _pod_spec(cluster: Cluster) -> dict[str, Any]:
     spec = cluster.spec
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy.value,
-        "command": [
-            "orbitmq",
-            "--log-level",
-            "INFO",
-            "namesrv",
-            "--listen",
-            f"0.0.0.0:{names.NAMESRV_PORT}",
-            "--metrics-listen",
-            f"0.0.0.0:{spec.metrics.port}",
-        ],
+        "command": namesrv_command(spec.metrics.port),
         "ports": [common.tcp_port("grpc", names.NAMESRV_PORT), common.tcp_port("metrics", spec.metrics.port)],
         **common.grpc_probes(names.NAMESRV_PORT, STARTUP_BUDGET_S),
         "securityContext": common.container_security_context(),
