@@ -167,6 +167,11 @@ def pod_cidr() -> ipaddress.IPv4Network:
     return net
 
 
+def node_ip(net: ipaddress.IPv4Network) -> str:
+    """The node's IP: the bridge's (the pods' gateway), the range's first address."""
+    return str(next(net.hosts()))
+
+
 def run(
     argv: list[str], check: bool = True, timeout: float = 60, **kw: Any
 ) -> subprocess.CompletedProcess[str]:
@@ -479,7 +484,7 @@ def snapshot_host(layout: Layout, net: ipaddress.IPv4Network) -> None:
 
 def prepare_host(layout: Layout, net: ipaddress.IPv4Network) -> str:
     """Bridge with the gateway address, br_netfilter sysctls, the cgroup root; returns the node IP."""
-    gateway = str(next(net.hosts()))
+    gateway = node_ip(net)
     if not Path(f"/sys/class/net/{BRIDGE}").exists():
         run(["ip", "link", "add", BRIDGE, "type", "bridge"])
     run(["ip", "addr", "replace", f"{gateway}/{net.prefixlen}", "dev", BRIDGE])
