@@ -41,6 +41,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.L
     # held a `kubectl delete` for a minute. Both exit within seconds of being asked.
     settings.background.cancellation_polling = 1
     _quiet_ticks(logging.getLogger("kopf.objects"))
+    # kopf's liveness endpoint logs every request at INFO: a probe every few seconds would
+    # drown the operator's own lines
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if "config" not in memo:
         memo["config"] = OperatorConfig.from_env()
     memo["client"] = AsyncClient(config=KubeConfig.from_env(), field_manager="orbitmq-operator")
