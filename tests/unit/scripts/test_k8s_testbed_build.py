@@ -44,12 +44,13 @@ def _complete_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pins = testbed.read_versions()
     bin_dir = cache / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, _package in testbed.tools(pins):
+    for name in [*(name for name, _package in testbed.tools(pins)), "coredns"]:
         (bin_dir / name).write_text("#!/bin/sh\n")
         (bin_dir / name).chmod(0o755)
     (cache / "share").mkdir(exist_ok=True)
     (cache / "share" / "kwok-stages.yaml").write_text("{}\n")
-    (bin_dir / "STAMP.json").write_text(json.dumps({"stamp": testbed.build_stamp(pins)}))
+    stamp = {"stamp": testbed.build_stamp(pins), "coredns": {"stamp": testbed.coredns_stamp(pins)}}
+    (bin_dir / "STAMP.json").write_text(json.dumps(stamp))
     assert testbed.is_built(pins)
 
 
