@@ -6,9 +6,10 @@ containers, while producers keep sending and every acknowledged message is consu
   SIGKILLed and kept down as a crash loop would, the operator promotes the slave, writes pause
   briefly, and the old master, restarted by the kubelet, comes back as a slave of the new epoch.
 * Scaling and rolling updates: a second broker group is added (the topic and consumer-group
-  resources reach it, producers use it), a broker setting changes (every broker pod restarts,
-  slaves first, masters after a switchover), and the group is removed again through a drain
-  that waits for the consumer group to consume its backlog.
+  resources reach it, producers use it), a second name server is added (the brokers' settings
+  name every name server, so every broker pod restarts: slaves first, masters after a
+  switchover; both name servers then route to both groups), and the group is removed again
+  through a drain that waits for the consumer group to consume its backlog.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from realpods import (
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration" / "client"))
 from clusterkit import Collector, consume_all, consuming, eventually
 
-from orbitmq.client import Producer, SendStatus
+from orbitmq.client import Admin, Producer, SendStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
 
@@ -193,16 +194,23 @@ async def test_scale_up_roll_and_drain_on_real_pods(k8s_real_node: K8sCluster, t
                 applied_to = get(k8s, ns, plural, name.lower())["status"]["appliedTo"]
                 assert new_group in applied_to, (plural, applied_to)
 
-            # a setting changes: every broker pod restarts, no send fails after retries
-            began = time.monotonic()
-            patch = '{"spec": {"brokers": {"settings": {"lock_expiry_ms": 45000}}}}'
-            k8s.kubectl("patch", "orbitmqclusters.orbitmq.io", cluster, "-n", ns, "--type=merge", "-p", patch)
+            # a second name server: the brokers' settings name every name server, so each broker
+            # pod restarts (slaves first, masters after a switchover) and no send fails
             before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in broker_pods(k8s, ns, cluster)}
+            began = time.monotonic()
+            patch = '{"spec": {"nameServers": {"replicas": 2}}}'
+            k8s.kubectl("patch", "orbitmqclusters.orbitmq.io", cluster, "-n", ns, "--type=merge", "-p", patch)
             await wait("the rolling update", lambda: rolled(k8s, ns, cluster, 2), 300)
             roll_s, roll_pause = time.monotonic() - began, senders.longest_pause(began)
             after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in broker_pods(k8s, ns, cluster)}
             assert all(after[name] != uid for name, uid in before.items()), "a pod was not restarted"
             await asyncio.to_thread(wait_ready, k8s, ns, cluster)
+            namesrvs = namesrv_address(k8s, ns, cluster).split(";")
+            assert len(namesrvs) == 2, namesrvs
+            for address in namesrvs:  # the new name server has every group's route too
+                async with Admin(address) as admin:
+                    route = await admin.route(TOPIC)
+                assert {b.broker_name for b in route.broker_datas} == {f"{cluster}-broker-0", new_group}
 
             # down: the group is drained (consumers catch up on it) before it is removed
             began = time.monotonic()
@@ -231,9 +239,9 @@ async def test_scale_up_roll_and_drain_on_real_pods(k8s_real_node: K8sCluster, t
         unplanned = [e["message"] for e in listed if e["reason"] == "Failover"]  # a roll switches over
         print(
             f"\nreal pods, scaling: up to 2 groups (first send on the new group) {scaled_up_s:.1f} s; "
-            f"rolling update of 4 broker pods {roll_s:.1f} s, longest pause {roll_pause:.2f} s; drain "
-            f"and removal {drain_s:.1f} s; {len(senders.acked)} acknowledged, {len(senders.failures)} "
-            f"failed sends, all consumed by {CONSUMER_GROUP}; events {sorted(set(reasons))}"
+            f"second name server and rolling update of 4 broker pods {roll_s:.1f} s, longest pause "
+            f"{roll_pause:.2f} s; drain and removal {drain_s:.1f} s; {len(senders.acked)} acknowledged, "
+            f"{len(senders.failures)} failed sends, all consumed; events {sorted(set(reasons))}"
         )
         assert senders.failures == [], senders.failures[:3]
         assert {"Switchover", "Draining"} <= set(reasons), reasons
