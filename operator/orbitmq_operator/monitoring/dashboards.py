@@ -1,0 +1,772 @@
+"""orbitmq's Grafana dashboards, built with ``grafana-foundation-sdk`` (the chart ships the JSON).
+
+Five dashboards (overview; topics and consumer groups; locks and rebalances; storage and HA;
+operator), each with the same template variables: ``datasource`` (any Prometheus), ``cluster``,
+``broker``, ``topic`` and ``group``. Every query uses only the families of DESIGN §9 (see
+:mod:`.inventory`), with the labels they really carry:
+
+- only the name server's ``orbitmq_nameserver_brokers`` has ``cluster`` (and calls the broker
+  ``broker_name``), so ``cluster`` narrows ``broker`` (a broker's name is its group's, shared by
+  its master and slaves), and broker-side panels filter on ``broker``;
+- the broker's storage gauges (``orbitmq_commitlog_bytes``, ``orbitmq_dispatch_lag_bytes``, ...)
+  have no labels of their own: :func:`_per_broker` joins them with ``orbitmq_broker_role`` on the
+  scrape target (``job``, ``instance``) to name and filter them;
+- client-side families (rebalances, consume results) carry ``group``/``topic``/``client`` but no
+  ``broker``; the operator's carry ``kind`` (failovers: ``namespace``, ``cluster``,
+  ``broker_group``).
+
+Rates use ``$__rate_interval``; multi-value variables have ``.*`` as their "All" value, so every
+matcher on them is ``=~``. Pure: :func:`dashboard_files` returns the JSON text; only ``python -m
+orbitmq_operator.monitoring DIR`` (run by ``scripts/gen-dashboards``) writes files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+ALL_VALUE = ".*"
+"""What a variable's "All" stands for in the queries (Grafana's ``allValue``)."""
+
+VARIABLES: tuple[tuple[str, str, str], ...] = (
+    ("cluster", "Cluster", "label_values(orbitmq_nameserver_brokers, cluster)"),
+    ("broker", "Broker", 'label_values(orbitmq_nameserver_brokers{cluster=~"$cluster"}, broker_name)'),
+    ("topic", "Topic", 'label_values(orbitmq_queue_max_offset{broker=~"$broker"}, topic)'),
+    ("group", "Group", 'label_values(orbitmq_consumer_offset{broker=~"$broker", topic=~"$topic"}, group)'),
+)
+"""(name, label, query) of the query variables every dashboard has, besides ``datasource``."""
+
+TAG = "orbitmq"
+B = 'broker=~"$broker"'
+T = 'topic=~"$topic"'
+G = 'group=~"$group"'
+RI = "[$__rate_interval]"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+
+
+PanelKind = Literal["timeseries", "stat", "table"]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel's shape: what the helper :func:`_panel` turns into an SDK builder."""
+
+    kind: PanelKind
+    title: str
+    queries: tuple[Query, ...]
+    description: str = ""
+    unit: str = "short"
+    span: int = 12
+    height: int = 8
+    rename: tuple[tuple[str, str], ...] = ()
+    """Table columns to rename (``Value`` -> what it is)."""
+
+
+def ts(title: str, *queries: Query, unit: str = "short", description: str = "", span: int = 12) -> Panel:
+    return Panel("timeseries", title, queries, description, unit, span)
+
+
+def stat_panel(
+    title: str, query: Query, *, unit: str = "short", description: str = "", span: int = 6
+) -> Panel:
+    return Panel("stat", title, (query,), description, unit, span, height=4)
+
+
+def table_panel(
+    title: str, query: Query, *, description: str = "", span: int = 12, value: str = "value"
+) -> Panel:
+    return Panel("table", title, (query,), description, span=span, rename=(("Value", value),))
+
+
+def _rate(selector: str, by: str) -> str:
+    return f"sum by ({by}) (rate({selector}{RI}))"
+
+
+def _increase(selector: str, by: str) -> str:
+    return f"sum by ({by}) (increase({selector}{RI}))"
+
+
+def _quantiles(family: str, selector: str, by: str = "") -> tuple[Query, ...]:
+    """p50, p95 and p99 of a histogram family, per ``by`` labels."""
+    group = f"{by}, le" if by else "le"
+    legend = "".join(f"{{{{{label.strip()}}}}} " for label in by.split(",") if label.strip())
+    matchers = f"{{{selector}}}" if selector else ""
+    return tuple(
+        Query(
+            f"histogram_quantile({q}, sum by ({group}) (rate({family}_bucket{matchers}{RI})))",
+            f"{legend}p{round(q * 100)}",
+        )
+        for q in (0.5, 0.95, 0.99)
+    )
+
+
+def _per_broker(family: str) -> str:
+    """A broker gauge without labels, named by the broker it was scraped from."""
+    return f"{family} * on(job, instance) group_left(broker, broker_id, role) orbitmq_broker_role{{{B}}}"
+
+
+# -- the dashboards --------------------------------------------------------------------------
+
+
+def overview() -> list[tuple[str, list[Panel]]]:
+    return [
+        (
+            "Cluster",
+            [
+                stat_panel(
+                    "Brokers registered",
+                    Query(
+                        "count(max by (cluster, broker_name, broker_id) "
+                        '(orbitmq_nameserver_brokers{cluster=~"$cluster", broker_name=~"$broker"})) '
+                        "or vector(0)"
+                    ),
+                    description="Broker addresses live in the name servers (a master and its slaves count "
+                    "one each).",
+                ),
+                stat_panel(
+                    "Brokers up",
+                    Query(f"count(orbitmq_broker_role{{{B}}}) or vector(0)"),
+                    description="Brokers whose metrics endpoint Prometheus scrapes.",
+                ),
+                stat_panel(
+                    "Masters",
+                    Query(f'count(orbitmq_broker_role{{{B}, role=~".+_MASTER"}}) or vector(0)'),
+                ),
+                stat_panel(
+                    "Broker groups without a master",
+                    Query(
+                        f"count(count by (broker) (orbitmq_broker_role{{{B}}}) unless count by (broker) "
+                        f'(orbitmq_broker_role{{{B}, role=~".+_MASTER"}})) or vector(0)'
+                    ),
+                ),
+                table_panel(
+                    "Roles and epochs",
+                    Query(
+                        "max by (broker, broker_id, role) "
+                        f"(orbitmq_broker_epoch{{{B}}} * on(job, instance) group_left(broker_id, role) "
+                        "orbitmq_broker_role)"
+                    ),
+                    description="Each broker's role and the role-change epoch it acts under.",
+                    value="epoch",
+                ),
+                ts(
+                    "Epoch by broker",
+                    Query(f"max by (broker) (orbitmq_broker_epoch{{{B}}})", "{{broker}}"),
+                    description="The epoch goes up by one with every failover or switchover.",
+                ),
+            ],
+        ),
+        (
+            "Traffic",
+            [
+                ts(
+                    "Produce rate by topic",
+                    Query(_rate(f"orbitmq_messages_put_total{{{B}, {T}}}", "topic"), "{{topic}}"),
+                    unit="msg/s",
+                ),
+                ts(
+                    "Consume rate by group",
+                    Query(
+                        _rate(f"orbitmq_messages_got_total{{{B}, {T}, {G}}}", "group, topic"),
+                        "{{group}} / {{topic}}",
+                    ),
+                    unit="msg/s",
+                    description="Messages returned by pulls.",
+                ),
+                ts("Send latency", *_quantiles("orbitmq_send_latency_seconds", B), unit="s"),
+                ts(
+                    "Pull latency",
+                    *_quantiles("orbitmq_pull_latency_seconds", B),
+                    unit="s",
+                    description="Long-poll waiting included: an idle consumer's pulls take the hold time.",
+                ),
+            ],
+        ),
+        (
+            "Errors",
+            [
+                ts(
+                    "Errors",
+                    Query(
+                        _rate(
+                            f'orbitmq_consume_results_total{{{G}, {T}, status!~"CONSUME_SUCCESS|SUCCESS"}}',
+                            "status",
+                        ),
+                        "consume {{status}}",
+                    ),
+                    Query(
+                        _rate('orbitmq_nameserver_route_queries_total{outcome="not_found"}', "outcome"),
+                        "route {{outcome}}",
+                    ),
+                    Query(
+                        _rate(f'orbitmq_queue_lock_events_total{{{B}, event="rejected"}}', "event"),
+                        "lock {{event}}",
+                    ),
+                    Query("sum(rate(orbitmq_nameserver_brokers_expired_total" + RI + "))", "brokers expired"),
+                    Query(_rate("orbitmq_operator_reconcile_errors_total", "kind"), "operator {{kind}}"),
+                    unit="ops",
+                    description="Listener failures, unknown-topic route lookups, refused queue locks, "
+                    "brokers dropped for missed heartbeats and failed operator reconciles.",
+                ),
+                ts(
+                    "Route lookups",
+                    Query(_rate("orbitmq_nameserver_route_queries_total", "outcome"), "{{outcome}}"),
+                    unit="ops",
+                ),
+            ],
+        ),
+    ]
+
+
+def topics_and_groups() -> list[tuple[str, list[Panel]]]:
+    queue = "topic, queue, broker"
+    return [
+        (
+            "Offsets",
+            [
+                ts(
+                    "Max offset per queue",
+                    Query(
+                        f"max by ({queue}) (orbitmq_queue_max_offset{{{B}, {T}}})",
+                        "{{topic}} {{broker}}:{{queue}}",
+                    ),
+                    description="The next offset of each consume queue (messages ever stored in it).",
+                ),
+                ts(
+                    "Committed offset per queue",
+                    Query(
+                        f"max by (group, {queue}) (orbitmq_consumer_offset{{{B}, {T}, {G}}})",
+                        "{{group}} {{topic}} {{broker}}:{{queue}}",
+                    ),
+                ),
+                ts(
+                    "Consumer lag by group",
+                    Query(
+                        "sum by (group, topic) "
+                        f"(max by (group, {queue}) (orbitmq_consumer_lag{{{B}, {T}, {G}}}))",
+                        "{{group}} / {{topic}}",
+                    ),
+                    description="Messages stored but not yet committed by the group (broker view).",
+                ),
+                ts(
+                    "Lag growth",
+                    Query(
+                        "sum by (group, topic) "
+                        f"(max by (group, {queue}) (deriv(orbitmq_consumer_lag{{{B}, {T}, {G}}}{RI})))",
+                        "{{group}} / {{topic}}",
+                    ),
+                    unit="msg/s",
+                    description="Above zero: the group falls behind.",
+                ),
+                table_panel(
+                    "Lag per queue",
+                    Query(f"max by (group, {queue}) (orbitmq_consumer_lag{{{B}, {T}, {G}}})"),
+                    value="lag",
+                    span=24,
+                ),
+                ts(
+                    "Client-side lag",
+                    Query(
+                        f"sum by (group, topic) (orbitmq_client_consumer_lag{{{B}, {T}, {G}}})",
+                        "{{group}} / {{topic}}",
+                    ),
+                    description="Messages between each client's committed offset and the queue's max "
+                    "offset, as the consumers see it.",
+                ),
+                ts(
+                    "Client committed offset",
+                    Query(
+                        f"max by (group, {queue}) (orbitmq_client_committed_offset{{{B}, {T}, {G}}})",
+                        "{{group}} {{topic}} {{broker}}:{{queue}}",
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Consumption",
+            [
+                ts(
+                    "Consume results",
+                    Query(
+                        _rate(f"orbitmq_consume_results_total{{{G}, {T}}}", "group, status"),
+                        "{{group}} {{status}}",
+                    ),
+                    unit="msg/s",
+                ),
+                ts(
+                    "Consume latency",
+                    *_quantiles("orbitmq_consume_latency_seconds", G, "group"),
+                    unit="s",
+                    description="Listener run time.",
+                ),
+                ts(
+                    "Retries",
+                    Query(
+                        _rate(
+                            f'orbitmq_consume_results_total{{{G}, {T}, status=~"RECONSUME_LATER|SUSPEND.*"}}',
+                            "group, status",
+                        ),
+                        "{{group}} {{status}}",
+                    ),
+                    Query(
+                        "sum by (topic) (max by (topic, queue, broker) "
+                        f'(delta(orbitmq_queue_max_offset{{{B}, topic=~"%RETRY%$group"}}{RI})))',
+                        "{{topic}} stored",
+                    ),
+                    unit="msg/s",
+                    description="Messages a listener asked to retry, and messages reaching the groups' "
+                    "retry topics once their delay is over.",
+                ),
+                ts(
+                    "Dead letters",
+                    Query(
+                        "sum by (topic) (max by (topic, queue, broker) "
+                        f'(orbitmq_queue_max_offset{{{B}, topic=~"%DLQ%$group"}}))',
+                        "{{topic}}",
+                    ),
+                    description="Messages moved to the groups' dead-letter topics after their last retry.",
+                ),
+                ts(
+                    "Flow-control pauses",
+                    Query(
+                        _rate(f"orbitmq_flow_control_pauses_total{{{G}}}", "group, reason"),
+                        "{{group}} {{reason}}",
+                    ),
+                    unit="ops",
+                ),
+                ts(
+                    "Membership changes pushed",
+                    Query(
+                        _increase(f"orbitmq_consumer_membership_changes_total{{{B}, {G}}}", "group"),
+                        "{{group}}",
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Sidecar",
+            [
+                ts(
+                    "Sidecar deliveries",
+                    Query(
+                        _rate(f"orbitmq_sidecar_deliveries_total{{{G}}}", "group, kind"), "{{group}} {{kind}}"
+                    ),
+                    Query(
+                        _rate(f"orbitmq_sidecar_acks_total{{{G}}}", "group, status"),
+                        "{{group}} ack {{status}}",
+                    ),
+                    unit="msg/s",
+                ),
+                ts(
+                    "Sidecar in flight and waiting",
+                    Query(f"sum by (group) (orbitmq_sidecar_in_flight{{{G}}})", "{{group}} in flight"),
+                    Query(f"sum by (group) (orbitmq_sidecar_waiting{{{G}}})", "{{group}} waiting"),
+                ),
+            ],
+        ),
+    ]
+
+
+def locks_and_rebalances() -> list[tuple[str, list[Panel]]]:
+    owners = f"orbitmq_queue_lock_owner{{{B}, {T}, {G}}}"
+    return [
+        (
+            "Queue locks",
+            [
+                table_panel(
+                    "Queue lock owners",
+                    Query(f"max by (group, topic, broker, queue, client) ({owners})"),
+                    description="Which client holds which queue's lock now (orderly consumers).",
+                    value="held",
+                    span=24,
+                ),
+                ts(
+                    "Locked queues per client",
+                    Query(f"count by (group, client) ({owners})", "{{group}} {{client}}"),
+                    description="Broker view; a queue moving between clients shows as a step down and up.",
+                ),
+                ts(
+                    "Owners per queue over the range",
+                    Query(
+                        f"count by (group, topic, broker, queue) (max_over_time({owners}[$__range]))",
+                        "{{group}} {{topic}} {{broker}}:{{queue}}",
+                    ),
+                    description="Distinct clients that held each lock in the time range: above 1, the lock "
+                    "moved (a rebalance) or flaps.",
+                ),
+                ts(
+                    "Lock events",
+                    Query(_rate(f"orbitmq_queue_lock_events_total{{{B}}}", "event"), "{{event}}"),
+                    unit="ops",
+                    description="Acquired, renewed, expired (holder stopped renewing) and rejected (held by "
+                    "another client).",
+                ),
+                ts(
+                    "Locked queues (client view)",
+                    Query(
+                        f"sum by (group, client) (orbitmq_client_locked_queues{{{G}, {T}}})",
+                        "{{group}} {{client}}",
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Rebalances",
+            [
+                ts(
+                    "Rebalance events by outcome",
+                    Query(
+                        _increase(f"orbitmq_rebalance_events_total{{{G}, {T}}}", "group, outcome"),
+                        "{{group}} {{outcome}}",
+                    ),
+                    description="no_client_list: no master listed this client; it kept its queues.",
+                ),
+                ts(
+                    "Queues per client",
+                    Query(
+                        f"sum by (group, client) (orbitmq_client_queues_assigned{{{G}, {T}}})",
+                        "{{group}} {{client}}",
+                    ),
+                ),
+                ts(
+                    "Rebalance duration",
+                    *_quantiles("orbitmq_rebalance_duration_seconds", G, "group"),
+                    unit="s",
+                ),
+            ],
+        ),
+    ]
+
+
+def storage_and_ha() -> list[tuple[str, list[Panel]]]:
+    legend = "{{broker}} {{role}} ({{instance}})"
+    return [
+        (
+            "Storage",
+            [
+                ts("Commit-log bytes", Query(_per_broker("orbitmq_commitlog_bytes"), legend), unit="bytes"),
+                ts(
+                    "Commit-log disk use",
+                    Query(_per_broker("orbitmq_commitlog_disk_bytes"), legend),
+                    unit="bytes",
+                    description="Disk space of the commit-log segments.",
+                ),
+                ts(
+                    "Commit-log disk growth",
+                    Query(_per_broker(f"deriv(orbitmq_commitlog_disk_bytes{RI})"), legend),
+                    unit="Bps",
+                ),
+                ts(
+                    "Dispatch lag",
+                    Query(_per_broker("orbitmq_dispatch_lag_bytes"), legend),
+                    unit="bytes",
+                    description="Commit-log bytes not yet in the consume queues.",
+                ),
+                ts("Long polls held", Query(_per_broker("orbitmq_long_polls_held"), legend)),
+            ],
+        ),
+        (
+            "High availability",
+            [
+                ts(
+                    "Replication lag per slave",
+                    Query(
+                        f"max by (broker, slave) (orbitmq_replication_lag_bytes{{{B}}})",
+                        "{{broker}} {{slave}}",
+                    ),
+                    unit="bytes",
+                    description="Commit-log bytes each slave is behind its master (the larger of the "
+                    "master's and the slave's own figure).",
+                ),
+                ts(
+                    "Failovers",
+                    Query(
+                        _increase(f"orbitmq_broker_role_changes_total{{{B}}}", "broker, change"),
+                        "{{broker}} {{change}}",
+                    ),
+                    Query(
+                        _increase(
+                            'orbitmq_operator_failovers_total{cluster=~"$cluster"}', "cluster, broker_group"
+                        ),
+                        "operator: {{cluster}} {{broker_group}}",
+                    ),
+                    description="Role changes applied by brokers (promoted, demoted) and promotions the "
+                    "operator carried out.",
+                ),
+                ts(
+                    "Registered brokers",
+                    Query(
+                        "sum by (cluster, broker_name) "
+                        '(orbitmq_nameserver_brokers{cluster=~"$cluster", broker_name=~"$broker"})',
+                        "{{cluster}} {{broker_name}}",
+                    ),
+                    description="Live broker addresses per broker group in the name servers.",
+                ),
+                ts(
+                    "Name-server heartbeats and expiries",
+                    Query("sum(rate(orbitmq_nameserver_registrations_total" + RI + "))", "registrations"),
+                    Query("sum(rate(orbitmq_nameserver_brokers_expired_total" + RI + "))", "expired"),
+                    unit="ops",
+                ),
+            ],
+        ),
+    ]
+
+
+def operator() -> list[tuple[str, list[Panel]]]:
+    return [
+        (
+            "Reconciles",
+            [
+                ts(
+                    "Reconciles",
+                    Query(_rate("orbitmq_operator_reconcile_duration_seconds_count", "kind"), "{{kind}}"),
+                    unit="ops",
+                ),
+                ts(
+                    "Reconcile errors",
+                    Query(
+                        _rate("orbitmq_operator_reconcile_errors_total", "kind, reason"),
+                        "{{kind}} {{reason}}",
+                    ),
+                    unit="ops",
+                ),
+                ts(
+                    "Reconcile duration",
+                    *_quantiles("orbitmq_operator_reconcile_duration_seconds", "", "kind"),
+                    unit="s",
+                ),
+                ts(
+                    "Object writes",
+                    Query(_rate("orbitmq_operator_object_writes_total", "kind"), "{{kind}}"),
+                    unit="ops",
+                    description="Server-side applies of changed objects (unchanged ones are skipped).",
+                ),
+            ],
+        ),
+        (
+            "Failovers",
+            [
+                stat_panel(
+                    "Failovers in range",
+                    Query(
+                        'sum(increase(orbitmq_operator_failovers_total{cluster=~"$cluster"}[$__range])) '
+                        "or vector(0)"
+                    ),
+                ),
+                ts(
+                    "Operator failovers",
+                    Query(
+                        _increase(
+                            'orbitmq_operator_failovers_total{cluster=~"$cluster"}',
+                            "namespace, cluster, broker_group",
+                        ),
+                        "{{namespace}}/{{cluster}} {{broker_group}}",
+                    ),
+                    span=18,
+                ),
+                table_panel(
+                    "Last failover decision",
+                    Query(
+                        "max by (namespace, cluster, broker_group, promote, demote, epoch, reason) "
+                        '(orbitmq_operator_last_failover_decision_info{cluster=~"$cluster"})'
+                    ),
+                    description="The operator's last role-changing decision (since it started).",
+                    span=24,
+                ),
+            ],
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    uid: str
+    title: str
+    description: str
+    rows: Callable[[], list[tuple[str, list[Panel]]]]
+
+
+BOARDS: tuple[Board, ...] = (
+    Board(
+        "overview",
+        "orbitmq-overview",
+        "orbitmq / Overview",
+        "Brokers, roles, traffic, latency, errors.",
+        overview,
+    ),
+    Board(
+        "topics-and-groups",
+        "orbitmq-topics-groups",
+        "orbitmq / Topics and consumer groups",
+        "Offsets, lag, consume results, retries and dead letters.",
+        topics_and_groups,
+    ),
+    Board(
+        "locks-and-rebalances",
+        "orbitmq-locks-rebalances",
+        "orbitmq / Locks and rebalances",
+        "Queue lock owners and events, rebalances, queues per client.",
+        locks_and_rebalances,
+    ),
+    Board(
+        "storage-and-ha",
+        "orbitmq-storage-ha",
+        "orbitmq / Storage and HA",
+        "Commit log, dispatch, replication, failovers.",
+        storage_and_ha,
+    ),
+    Board(
+        "operator",
+        "orbitmq-operator",
+        "orbitmq / Operator",
+        "Reconciles, errors, durations, failovers.",
+        operator,
+    ),
+)
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def _panel(spec: Panel, panel_id: int) -> Any:
+    """The one helper turning a :class:`Panel` into an SDK builder (ids, datasource, queries)."""
+    builder: Any
+    if spec.kind == "timeseries":
+        builder = (
+            timeseries.Panel()
+            .legend(
+                common_builders.VizLegendOptions()
+                .display_mode(common.LegendDisplayMode.LIST)
+                .placement(common.LegendPlacement.BOTTOM)
+                .show_legend(True)
+            )
+            .tooltip(
+                common_builders.VizTooltipOptions()
+                .mode(common.TooltipDisplayMode.MULTI)
+                .sort(common.SortOrder.DESCENDING)
+            )
+            .fill_opacity(10)
+        )
+    elif spec.kind == "stat":
+        builder = (
+            stat.Panel()
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        )
+    else:
+        builder = (
+            table.Panel()
+            .align(common.FieldTextAlignment.AUTO)  # the table's field defaults, spelled out
+            .inspect(False)
+        )
+        builder = builder.with_transformation(
+            model.DataTransformerConfig(
+                id_val="organize",
+                options={"excludeByName": {"Time": True}, "renameByName": dict(spec.rename)},
+            )
+        )
+    builder = (
+        builder.id(panel_id)
+        .title(spec.title)
+        .datasource(DATASOURCE)
+        .unit(spec.unit)
+        .span(spec.span)
+        .height(spec.height)
+    )
+    if spec.description:
+        builder = builder.description(spec.description)
+    for index, query in enumerate(spec.queries):
+        target = (
+            prometheus.Dataquery()
+            .expr(query.expr)
+            .ref_id(chr(ord("A") + index))
+            .datasource(DATASOURCE)
+            .legend_format(query.legend or "__auto")
+        )
+        target = target.range() if spec.kind == "timeseries" else target.instant()
+        if spec.kind == "table":
+            target = target.format(PromQueryFormat.TABLE)
+        builder = builder.with_target(target)
+    return builder
+
+
+def _variables() -> list[Any]:
+    out: list[Any] = [
+        dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+    ]
+    for name, label, query in VARIABLES:
+        out.append(
+            dash.QueryVariable(name)
+            .label(label)
+            .query(query)
+            .datasource(DATASOURCE)
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(ALL_VALUE)
+            .current(model.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        )
+    return out
+
+
+def build(board: Board) -> model.Dashboard:
+    builder = (
+        dash.Dashboard(board.title)
+        .uid(board.uid)
+        .description(board.description)
+        .tags([TAG])
+        .time("now-1h", "now")
+        .refresh("30s")
+        .timezone("browser")
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .readonly()
+        .variables(_variables())
+        .link(
+            dash.DashboardLink("orbitmq dashboards")
+            .type(model.DashboardLinkType.DASHBOARDS)
+            .tags([TAG])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+    )
+    panel_id = 1
+    for title, panels in board.rows():
+        builder = builder.with_row(dash.Row(title).id(panel_id))
+        panel_id += 1
+        for spec in panels:
+            builder = builder.with_panel(_panel(spec, panel_id))
+            panel_id += 1
+    return builder.build()
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """Name -> the dashboard's JSON model (as Grafana stores it)."""
+    return {board.name: json.loads(json.dumps(build(board), cls=JSONEncoder)) for board in BOARDS}
+
+
+def dashboard_files() -> dict[str, str]:
+    """``<name>.json`` -> its text, as the chart ships it."""
+    return {
+        f"{name}.json": json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        for name, data in dashboards().items()
+    }
