@@ -34,6 +34,11 @@ SWITCHOVER_LAG_BYTES = 4 * 1024 * 1024
 """A slave this close to the master may take over: writes pause while it copies the rest."""
 CATCH_UP_TIMEOUT_S = 5.0
 """Longest write pause of a switchover; a slave slower than this gives mastership back."""
+STARTUP_GRACE_MS = 60_000
+"""How long a group that has never shown a master waits for a member that has never answered
+before it promotes a slave: a new group's master pod may start after its slave's (scheduling,
+volume binding, image pull), which is no failure, and a promotion then would only bump the epoch
+and demote the designated master when it arrives."""
 
 
 class SwitchoverFailed(Exception):
@@ -68,6 +73,17 @@ class BrokerGroupFailover:
         self.policy = policy
         self.failovers = 0
         self.switchovers = 0
+        self.first_answer_ms: int | None = None
+        """When a member of the group first answered (the start of :data:`STARTUP_GRACE_MS`)."""
+
+    def awaiting_first_master(self, now_ms: int) -> list[str]:
+        """Members that never answered, while no member was ever seen as master and the group
+        is within :data:`STARTUP_GRACE_MS` of its first answer; empty otherwise."""
+        if self.first_answer_ms is None or now_ms - self.first_answer_ms >= STARTUP_GRACE_MS:
+            return []
+        if any(m.is_master for m in self.members):
+            return []
+        return [m.name for m in self.members if m.state is None]
 
     def member(self, name: str) -> GroupMember:
         return next(m for m in self.members if m.name == name)
@@ -78,7 +94,16 @@ class BrokerGroupFailover:
         observed = [m for m in [await self._observe(m, now_ms) for m in self.members] if m is not None]
         if not observed:
             return None
+        if self.first_answer_ms is None:
+            self.first_answer_ms = now_ms
         decision = decide(observed, now_ms, self.policy)
+        silent = self.awaiting_first_master(now_ms)
+        if decision.promote is not None and silent:
+            reason = (
+                f"no master seen yet and {', '.join(silent)} never answered: waiting up to "
+                f"{STARTUP_GRACE_MS} ms for the group to start before promoting {decision.promote!r}"
+            )
+            return Decision(None, (), decision.epoch, reason)
         if not decision.nothing:
             await self._apply(decision)
         return decision

@@ -18,7 +18,7 @@ from clusterkit import Cluster, eventually, start_cluster
 
 from orbitmq.client import Admin, Message, Producer
 from orbitmq.ha import Policy
-from orbitmq.ha.group import BrokerGroupFailover, GroupMember
+from orbitmq.ha.group import STARTUP_GRACE_MS, BrokerGroupFailover, GroupMember
 
 pytestmark = pytest.mark.timeout(120)
 TOPIC = "GroupFailover"
@@ -96,3 +96,19 @@ async def test_promote_on_loss_then_demote_the_returning_master(cluster: Cluster
     )
     decision = await group.step(now_ms())
     assert decision is not None and decision.nothing, decision
+
+
+async def test_a_new_group_waits_for_its_master_to_start_before_promoting(cluster: Cluster) -> None:
+    """At a group's start its master's pod may come up after its slave's: no master seen yet and
+    a member that never answered is not a failure until the start-up grace has passed."""
+    slave = await cluster.start_broker("b-slave", broker_name="broker-b", broker_role="SLAVE", broker_id=1)
+    members = [GroupMember("b-master", None), GroupMember("b-slave", slave.broker.address)]
+    group = BrokerGroupFailover(members, "ASYNC_MASTER", Policy(detection_window_ms=1_000))
+    started = now_ms()
+    for later in (0, 5_000, STARTUP_GRACE_MS - 1):
+        decision = await group.step(started + later)
+        assert decision is not None and decision.nothing, decision
+        assert "b-master never answered" in decision.reason, decision.reason
+    decision = await group.step(started + STARTUP_GRACE_MS)
+    assert decision is not None and decision.promote == "b-slave" and decision.epoch == 1, decision
+    assert members[1].state is not None and members[1].state.role == "ASYNC_MASTER"
