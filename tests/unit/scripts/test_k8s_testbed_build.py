@@ -37,21 +37,39 @@ def _load_testbed() -> ModuleType:
     return module
 
 
-def _complete_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fill `cache` with what a finished build leaves: executables, kwok stages, the stamp."""
+def _complete_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """Fill `cache` with what a finished build leaves: executables, kwok stages, side modules'
+    outputs, the stamp; returns the loaded script."""
     monkeypatch.setenv("ORBITMQ_K8S_CACHE", str(cache))
     testbed = _load_testbed()
     pins = testbed.read_versions()
     bin_dir = cache / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name in [*(name for name, _package in testbed.tools(pins)), "coredns"]:
-        (bin_dir / name).write_text("#!/bin/sh\n")
-        (bin_dir / name).chmod(0o755)
+    for name, _package in testbed.tools(pins):
+        _executable(bin_dir / name)
     (cache / "share").mkdir(exist_ok=True)
     (cache / "share" / "kwok-stages.yaml").write_text("{}\n")
-    stamp = {"stamp": testbed.build_stamp(pins), "coredns": {"stamp": testbed.coredns_stamp(pins)}}
+    stamp: dict[str, object] = {"stamp": testbed.build_stamp(pins)}
+    # Each side module (coredns, prometheus, ...) has its own entry: its outputs and its stamp.
+    for mod in testbed.SIDE_MODULES:
+        binaries = [out.format(os="linux", arch="amd64") for out, _package in mod.binaries]
+        files = [f"{out_dir}/{mod.name}.yaml" for _pattern, out_dir in mod.files]
+        for rel in [*binaries, *files]:
+            _executable(cache / rel)
+        stamp[mod.name] = {
+            "stamp": testbed.side_stamp(mod, pins),
+            "binaries": binaries,
+            "outputs": [*binaries, *files],
+        }
     (bin_dir / "STAMP.json").write_text(json.dumps(stamp))
     assert testbed.is_built(pins)
+    return testbed
+
+
+def _executable(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
 
 
 def _testbed_env(cache: Path) -> dict[str, str]:
@@ -178,3 +196,62 @@ def test_build_step_prints_plain_lines_when_not_a_terminal(tmp_path: Path) -> No
         "[k8s-testbed] go build demo (1/1) ...",
         "[k8s-testbed] go build demo (1/1): done in 2s",
     ]
+
+
+# A go that only answers `go env GOVERSION`: a build that would compile anything fails at once,
+# after saying what it was about to build.
+_FAKE_GO = """#!/bin/sh
+if [ "$1 $2" = "env GOVERSION" ]; then echo go1.26.8; exit 0; fi
+echo "fake go: $*" >&2
+exit 1
+"""
+
+
+def test_a_stale_side_module_rebuilds_only_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    testbed = _complete_build(cache, monkeypatch)
+    stamp = json.loads((cache / "bin" / "STAMP.json").read_text())
+    stamp["prometheus"]["stamp"] = "built-from-another-pin"
+    (cache / "bin" / "STAMP.json").write_text(json.dumps(stamp))
+    assert testbed.main_built(testbed.read_versions())
+    fake_go = tmp_path / "go"
+    fake_go.write_text(_FAKE_GO)
+    fake_go.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, str(TESTBED), "build"],
+        env={**_testbed_env(cache), "GO": str(fake_go)},
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "the Kubernetes tools are up to date; building only prometheus with go1.26.8" in done.stderr
+    assert "go mod download (prometheus)" in done.stderr
+    # The failed side build left the other entries (and the Kubernetes tools' stamp) alone.
+    after = json.loads((cache / "bin" / "STAMP.json").read_text())
+    assert {k: v for k, v in after.items() if k != "prometheus"} == {
+        k: v for k, v in stamp.items() if k != "prometheus"
+    }
+
+
+def test_each_versions_section_feeds_only_its_own_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    testbed = _load_testbed()
+    pins = testbed.read_versions()
+    before = {mod.name: testbed.side_stamp(mod, pins) for mod in testbed.SIDE_MODULES}
+    main_before = testbed.build_stamp(pins)
+    moved = tmp_path / "versions.env"
+    text = testbed.VERSIONS_FILE.read_text()
+    assert f"PROMETHEUS_VERSION={pins['PROMETHEUS_VERSION']}" in text
+    moved.write_text(
+        text.replace(f"PROMETHEUS_VERSION={pins['PROMETHEUS_VERSION']}", "PROMETHEUS_VERSION=v0.317.0")
+    )
+    monkeypatch.setattr(testbed, "VERSIONS_FILE", moved)
+    testbed.read_versions.cache_clear()
+    pins = testbed.read_versions()
+    after = {mod.name: testbed.side_stamp(mod, pins) for mod in testbed.SIDE_MODULES}
+    assert testbed.build_stamp(pins) == main_before
+    assert {name for name in before if before[name] != after[name]} == {"prometheus"}
+    assert testbed.prometheus_release(pins["PROMETHEUS_VERSION"]) == "3.17.0"
