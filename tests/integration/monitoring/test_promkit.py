@@ -68,8 +68,9 @@ def test_prometheus_scrapes_a_real_name_server(namesrv: str, tmp_path: Path) -> 
         assert prom.value('up{job="namesrv"}') == 1.0
         names = {s["__name__"] for s in prom.series('{job="namesrv", __name__=~"orbitmq_.+"}')}
         assert "orbitmq_nameserver_registrations_total" in names, sorted(names)
-        # A few scrapes later, the range query has a point per second of `up`.
-        prom.wait_for('count_over_time(up{job="namesrv"}[1m]) >= 3')
+        # A few scrapes later, the range query has a point per second of `up` (from the first
+        # scrape on: the points before it have no sample to look back to).
+        prom.wait_for('count_over_time(up{job="namesrv"}[1m]) >= 5')
         series = prom.query_range('up{job="namesrv"}', start=started, step=1)
         assert len(series) == 1 and len(series[0]["values"]) >= 3
         assert {value for _ts, value in series[0]["values"]} == {"1"}
