@@ -54,6 +54,9 @@ from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
 
+UNSETTLED_REGISTER_S = 1.0
+"""Registration retry period while the last round was incomplete (see ``_register_loop``)."""
+
 DLQ_PERM = Permission.READ
 """Dead letters can be read by consumers and tools but not produced to (the broker writes them)."""
 
@@ -78,6 +81,9 @@ class Broker:
         self.replicas = ReplicaTracker()
         self.replication: ReplicationClient | None = None
         self.known_master_addr = ""
+        self._registration_settled = False
+        """Whether the last registration reached every name server (and, for a slave, named
+        its master); see :meth:`_register_loop`."""
         """The master the name servers named in their last registration answer."""
         self._master_tasks = TaskSet(f"broker-master:{settings.broker_name}")
         self._role_lock = asyncio.Lock()
@@ -515,9 +521,16 @@ class Broker:
             await self._register_all()
 
     async def _register_loop(self) -> None:
-        """Register every interval (the heartbeat), and at once when a topic was auto-created."""
-        interval = self.settings.register_interval_ms / 1000
+        """Register every interval (the heartbeat), and at once when a topic was auto-created.
+
+        Every :data:`UNSETTLED_REGISTER_S` instead while the last round was not complete: a name
+        server did not answer (it may be starting beside this broker), or this slave has not
+        learnt its master yet (the master registers after it): waiting a whole interval there
+        kept a new broker group unwritable for half a minute."""
         while True:
+            interval = self.settings.register_interval_ms / 1000
+            if not self._registration_settled:
+                interval = min(interval, UNSETTLED_REGISTER_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._registration_due.wait(), interval)
             self._registration_due.clear()
@@ -551,6 +564,8 @@ class Broker:
             heartbeat_timeout_ms=settings.heartbeat_timeout_ms,
         )
 
+        answered: list[str] = []
+
         async def register(address: str) -> None:
             try:
                 reply = await self._namesrv(address).RegisterBroker(request, timeout=5)
@@ -560,10 +575,14 @@ class Broker:
                 else:
                     log.warning("registration with name server %s failed: %s", address, error.details())
                 return
+            answered.append(address)
             if reply.master_addr and reply.master_addr != self.address:
                 self.known_master_addr = reply.master_addr
 
         await asyncio.gather(*(register(a) for a in settings.namesrv_addrs))
+        self._registration_settled = len(answered) == len(settings.namesrv_addrs) and (
+            not self.is_slave or bool(self.known_master_addr)
+        )
         if wrong:
             message = (
                 f"name server address {', '.join(wrong)} is not a name server (it does not serve "

@@ -38,6 +38,10 @@ GRPC_OPTIONS = [
     # backoff, by default up to 120 s: a name server or a new master back after a minute would
     # stay unused for another two. Five seconds keeps the retries cheap and the return quick.
     ("grpc.max_reconnect_backoff_ms", 5_000),
+    # A name that did not resolve (a pod's DNS record before its pod has an IP: a broker
+    # starting beside its name server) is looked up again only after 30 s by default, so a
+    # new broker group registered half a minute late. One second still spares the resolver.
+    ("grpc.dns_min_time_between_resolutions_ms", 1_000),
 ]
 
 
