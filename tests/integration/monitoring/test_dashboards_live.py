@@ -8,9 +8,10 @@ through ``start_metrics_server``), all scraped every second by one real Promethe
 ``namesrv``, ``broker``, ``consumer``, ``sidecar``).  After the traffic and a few scrapes:
 
 - every query of every panel of every generated dashboard (charts/orbitmq/dashboards/*.json),
-  with Grafana's variables substituted (template variables at "All", ``$__rate_interval`` for a
-  1 s scrape, ``$__range`` since the cluster started), returns at least one series, except the
-  panels listed in :data:`NEEDS_OPERATOR` with the reason;
+  with Grafana's variables substituted (template variables at "All", ``$__interval`` and
+  ``$__rate_interval`` for a 1 s scrape, ``$__range`` since the cluster started), returns at
+  least one series, both as an instant query and as the range query a time-series panel sends,
+  except the panels listed in :data:`NEEDS_OPERATOR` with the reason;
 - every template variable's ``label_values`` query has values;
 - ``promtool check metrics`` passes on every process's ``/metrics``;
 - ``promtool check rules`` passes on the generated alert rules.
@@ -52,6 +53,7 @@ from orbitmq.store.record import StoredMessage
 from orbitmq.v1 import broker_pb2, common_pb2
 from orbitmq_operator.monitoring.queries import (
     panel_queries,
+    parse_duration,
     substitute_grafana_variables,
     variable_queries,
 )
@@ -62,6 +64,7 @@ pytestmark = pytest.mark.timeout(60 * 60)
 DASHBOARDS = REPO_ROOT / "charts" / "orbitmq" / "dashboards"
 ALERT_RULES = REPO_ROOT / "charts" / "orbitmq" / "rules" / "orbitmq-alerts.yaml"
 SCRAPE = "1s"
+RANGE_S = 20
 
 TOPIC = "Orders"
 GROUP = "Billing"
@@ -368,6 +371,8 @@ def _check_dashboards(prom: Any, range_: str) -> str:
             reason = excluded(path.name, title, expr)
             try:
                 series = prom.query(promql)
+                # What a time-series panel sends: the last RANGE_S seconds, a point per $__interval.
+                ranged = prom.query_range(promql, start=time.time() - RANGE_S, step=parse_duration(SCRAPE))
             except PrometheusError as exc:
                 empty.append(f"{path.name} {title!r}: {promql} fails: {exc}")
                 continue
@@ -376,9 +381,13 @@ def _check_dashboards(prom: Any, range_: str) -> str:
                 lines.append(f"  {path.name:24} {title:36} skipped ({len(series)} series): {reason}")
                 continue
             checked += 1
-            lines.append(f"  {path.name:24} {title:36} {len(series)} series")
-            if not series:
-                empty.append(f"{path.name} {title!r}: {promql}")
+            points = sum(len(s["values"]) for s in ranged)
+            lines.append(
+                f"  {path.name:24} {title:36} {len(series)} series now, "
+                f"{len(ranged)} over {RANGE_S} s ({points} points)"
+            )
+            if not series or not ranged:
+                empty.append(f"{path.name} {title!r}: {promql} ({len(series)} now, {len(ranged)} ranged)")
     assert not empty, "no series (or an error) for:\n" + "\n".join(empty)
     return f"dashboard queries: {checked} checked, {skipped} skipped (range {range_})\n" + "\n".join(lines)
 
