@@ -270,6 +270,11 @@ class LocalCluster:
             await self._start(component)
             self.brokers.append(BrokerMember(component, data))
         self._write_run_file()
+        if self.slaves:
+            # observed once before anyone is told the cluster is up: a master lost before the
+            # failover loop's first step is then a lost master, not a member that never
+            # answered (which a group with no master seen yet waits a start-up grace for)
+            await self.failover_step()
 
     def _write_run_file(self) -> None:
         pids = {c.name: c.process.pid for c in self.components if c.process and c.process.returncode is None}
