@@ -26,7 +26,15 @@ from typing import Any
 import pytest
 from k8s_testbed_support import K8sCluster
 from operatorkit import get, install_crds, wait_condition
-from realpods import VENV_BIN, cluster_cr, create_namespace, delete_host_volumes, host_volumes, wait_ready
+from realpods import (
+    VENV_BIN,
+    cluster_cr,
+    create_namespace,
+    delete_host_volumes,
+    host_volumes,
+    pod_settings,
+    wait_ready,
+)
 
 from orbitmq_operator.rbac import rbac_manifests
 
@@ -51,12 +59,8 @@ with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
 
 def host_python(k8s: K8sCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts) of the host paths the real node's image runs Python from."""
-    paths = k8s.info["real_node"]["host_mounts"]
-    volumes = [
-        {"name": f"host-{i}", "hostPath": {"path": p, "type": "Directory"}} for i, p in enumerate(paths)
-    ]
-    mounts = [{"name": f"host-{i}", "mountPath": p, "readOnly": True} for i, p in enumerate(paths)]
-    return volumes, mounts
+    settings = pod_settings(k8s)
+    return settings["volumes"], settings["volumeMounts"]
 
 
 def test_a_pod_calls_the_api_server_in_cluster(k8s_real_node: K8sCluster) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from k8s_testbed_support import K8sCluster
-from realpods import hostpath_volume
+from realpods import hostpath_volume, pod_settings
 
 from orbitmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 
@@ -40,14 +40,8 @@ def _on_real_node(
 ) -> dict[str, Any]:
     """Pin a pod spec to the real node and mount the host paths the orbitmq image runs from."""
     node = cluster.info["real_node"]
-    mounts = [
-        {"name": f"host-{i}", "mountPath": path, "readOnly": True}
-        for i, path in enumerate(node["host_mounts"])
-    ]
-    host_volumes = [
-        {"name": f"host-{i}", "hostPath": {"path": path, "type": "Directory"}}
-        for i, path in enumerate(node["host_mounts"])
-    ]
+    settings = pod_settings(cluster)
+    mounts, host_volumes = settings["volumeMounts"], settings["volumes"]
     for container in pod_spec["containers"]:
         container.setdefault("image", node["image"])
         container.setdefault("imagePullPolicy", "Never")  # imported locally; there is no registry
