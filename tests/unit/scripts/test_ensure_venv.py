@@ -16,8 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.timeout(60)
 
-TEST_INSTALL = "python -m pip install --quiet -e .[test] -e ./operator"
-"""The test extra also installs the operator's distribution."""
+TEST_INSTALL = "python -m pip install --quiet -e .[test] -e ./operator[monitoring]"
+"""The test extra also installs the operator's distribution, with its monitoring extra."""
 _RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$ORBITMQ_TEST_CALLS"\n'
 
 
