@@ -218,6 +218,8 @@ def values_schema() -> Schema:
                     "topic": _string(),
                     "group": _string(),
                     "timeoutSeconds": {"type": "integer", "minimum": 1},
+                    "nodeSelector": _labels(),
+                    "tolerations": free_list,
                 }
             ),
         },

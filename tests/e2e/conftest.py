@@ -17,6 +17,7 @@ fixture bounds each of its own subprocesses instead.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,12 +27,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from k8s_testbed_support import TESTBED, K8sCluster
 
 # Bounds for the fixture's own subprocesses (pytest-timeout does not cover them, see above).
 BUILD_TIMEOUT_S = 60 * 60
+# A cold image build: apt-get install, debootstrap, the Dockerfile's two stages (~5 min on 2 cores).
+IMAGE_BUILD_TIMEOUT_S = 30 * 60
+BUILD_IMAGE = Path(__file__).resolve().parents[2] / "scripts" / "build-image"
 UP_TIMEOUT_S = 300
 DOWN_TIMEOUT_S = 120
 
@@ -156,3 +161,29 @@ def namespace(k8s_cluster: K8sCluster, request: pytest.FixtureRequest) -> Iterat
     )
     yield name
     k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def orbitmq_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The repository's Dockerfile built once per session by scripts/build-image: its JSON
+    summary (``output``: the docker-archive tar, ``reference``: the name ``ctr images import``
+    gives it). The tests using it check root and Linux themselves (test_image.py's marks, the
+    real node's); a failed build fails them, with the script's output."""
+    output = tmp_path_factory.mktemp("image") / "orbitmq-image.tar"
+    try:
+        result = subprocess.run(
+            [str(BUILD_IMAGE), "--json", "--output", str(output)],
+            capture_output=True,
+            text=True,
+            timeout=IMAGE_BUILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(
+            f"scripts/build-image timed out after {IMAGE_BUILD_TIMEOUT_S}s: {exc.stderr!r}", pytrace=False
+        )
+    if result.returncode != 0:
+        pytest.fail(f"scripts/build-image failed: {_describe(result)}", pytrace=False)
+    summary: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    print(f"\nbuild-image: {summary['seconds']} base {summary['base']}, {summary['image_size']}")
+    return summary
