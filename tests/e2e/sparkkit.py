@@ -1,0 +1,399 @@
+"""kubeflow's spark-operator on the test bed: its CRDs, the RBAC of its own chart, and its
+controller run as a local process, so SparkApplications are taken through the real controller.
+
+What ``scripts/k8s-testbed build`` puts in the cache for it (side module ``spark-operator``):
+``bin/spark-operator``, ``share/spark-operator-crds/`` and ``share/spark-operator-chart/``.
+
+The controller runs outside the cluster, as the chart's controller service account would in
+it: the ServiceAccounts, Roles and bindings are rendered from upstream's chart (``helm
+template``: the RBAC a cluster install gets, so a rule the chart lacks fails here too) and the
+controller logs in with a token of that account.  A token, not the test bed's admin
+certificate: the controller's ``spark-submit`` builds the driver pod with Spark's Kubernetes
+client (fabric8), which cannot read the test bed's EC client key.  The webhook is not run
+(``webhook.enable=false``): without it whatever the webhook would patch into the pods
+(tolerations, volumes, affinity) goes into ``driver.template`` / ``executor.template``, whose
+containers Spark matches by name (``spark-kubernetes-driver`` / ``spark-kubernetes-executor``).
+
+``spark-submit`` comes from PySpark's pip package (``SPARK_HOME``: it ships the Kubernetes
+resource manager) and needs a Java runtime; the master URL the controller passes it is
+``k8s://https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``.
+
+The kit knows no node: a test places the pods with :func:`pod_template` (kwok's taint on the
+fake node; on the real node, its labels and the mounts of a Spark runtime), so one controller
+serves both the fake-node tests and a real driver run to COMPLETED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from k8s_testbed_support import K8sCluster
+
+GROUP = "sparkoperator.k8s.io"
+VERSION = "v1beta2"
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_PLURALS = ("sparkapplications", "scheduledsparkapplications", "sparkconnects")
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+# Templates of upstream's chart the controller needs when the webhook is off.
+CHART_TEMPLATES = (
+    "templates/controller/serviceaccount.yaml",
+    "templates/controller/rbac.yaml",
+    "templates/spark/serviceaccount.yaml",
+    "templates/spark/rbac.yaml",
+)
+# The SparkApplication states the controller reports (v1beta2.ApplicationStateType).
+TERMINAL_STATES = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
+# Spark 4.x's spark-submit also applies a NetworkPolicy for the driver (its
+# NetworkPolicyFeatureStep: only the app's executors may reach it), which the v2.3.0 chart's
+# controller role does not allow: a cluster install needs this Role beside the chart's.
+SUBMIT_EXTRA_RULES = [
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    }
+]
+TOKEN_DURATION = "2h"
+READY_TIMEOUT_S = 60
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class SparkKitError(AssertionError):
+    """The kit cannot run the spark-operator here; says what is missing and how to get it."""
+
+
+def share_dir(k8s: K8sCluster) -> Path:
+    """The cache's share/ (beside bin/): the CRDs and the chart copied from the module."""
+    return k8s.bin_dir.parent / "share"
+
+
+def spark_home() -> Path:
+    """Where ``bin/spark-submit`` is: ``$ORBITMQ_SPARK_HOME``, else PySpark's package directory.
+
+    pip's pyspark is a complete Spark distribution (jars, bin/, the Kubernetes resource
+    manager), so the test venv's ``orbitmq[spark]`` extra is all a test needs besides Java.
+    """
+    override = os.environ.get("ORBITMQ_SPARK_HOME")
+    if override:
+        home = Path(override)
+    else:
+        try:
+            import pyspark
+        except ImportError as exc:
+            raise SparkKitError(
+                "the spark-operator tests need PySpark for spark-submit: install the 'spark' extra "
+                "into the test venv, or set ORBITMQ_SPARK_HOME to a Spark distribution"
+            ) from exc
+        home = Path(pyspark.__file__).parent
+    if not (home / "bin" / "spark-submit").is_file():
+        raise SparkKitError(f"SPARK_HOME {home} has no bin/spark-submit")
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        raise SparkKitError("spark-submit needs a Java runtime (>= 17): none on PATH and no JAVA_HOME")
+    return home
+
+
+def install_crds(k8s: K8sCluster) -> None:
+    """The module's CRDs, established and served before the controller's informers start.
+
+    Server-side apply: the SparkApplication CRD (~800 kB) is larger than the annotation a
+    client-side apply would store it in.
+    """
+    crds = share_dir(k8s) / "spark-operator-crds"
+    k8s.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    for plural in CRD_PLURALS:
+        crd = f"{plural}.{GROUP}"
+
+        def served(crd: str = crd) -> bool:
+            found = k8s.kubectl("get", "crd", crd, "-o", "json", check=False)
+            conditions = (
+                json.loads(found.stdout).get("status", {}).get("conditions", []) if found.stdout else []
+            )
+            established = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+            return established and k8s.kubectl("get", crd, "-A", check=False).returncode == 0
+
+        k8s.wait_for(f"CRD {crd} established and served", served)
+
+
+def render_rbac(k8s: K8sCluster, release: str, namespace: str) -> list[dict[str, Any]]:
+    """The service accounts, roles and bindings upstream's chart makes for a controller that
+    runs the jobs of ``namespace`` (and lives there), with the webhook turned off."""
+    chart = share_dir(k8s) / "spark-operator-chart"
+    args = ["template", release, str(chart), "--namespace", namespace]
+    args += ["--set", f"spark.jobNamespaces={{{namespace}}}", "--set", "webhook.enable=false"]
+    for template in CHART_TEMPLATES:
+        args += ["--show-only", template]
+    rendered = k8s.helm(*args).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def submit_extra_rbac(release: str, namespace: str, account: str) -> list[dict[str, Any]]:
+    """The Role (and its binding) of SUBMIT_EXTRA_RULES for the controller's account."""
+    name = f"{release}-spark-submit"
+    meta = {"name": name, "namespace": namespace}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": SUBMIT_EXTRA_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        },
+    ]
+
+
+def token_kubeconfig(k8s: K8sCluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that logs in as ``namespace/account`` with a bound token (TokenRequest)."""
+    token = k8s.kubectl(
+        "create", "token", account, "-n", namespace, f"--duration={TOKEN_DURATION}"
+    ).stdout.strip()
+    admin = yaml.safe_load(k8s.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testbed", "cluster": cluster}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [
+            {"name": account, "context": {"cluster": "testbed", "user": account, "namespace": namespace}}
+        ],
+        "current-context": account,
+    }
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class SparkOperator:
+    """A running controller: the namespace it manages, its accounts and its log."""
+
+    namespace: str
+    release: str
+    controller_account: str
+    spark_account: str  # the driver's service account (spec.driver.serviceAccount)
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    def log_tail(self, chars: int = 20000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Until the manager's /readyz answers (its caches have synced); fail with its log."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not _answers(f"http://127.0.0.1:{port}/readyz"):
+        if proc.poll() is not None:
+            why = f"exited with {proc.returncode}"
+        elif time.monotonic() > deadline:
+            why = f"not ready after {READY_TIMEOUT_S}s"
+        else:
+            time.sleep(0.5)
+            continue
+        raise SparkKitError(f"spark-operator {why}:\n{log.read_text(errors='replace')[-5000:]}")
+
+
+@contextlib.contextmanager
+def running_spark_operator(
+    k8s: K8sCluster, namespace: str, workdir: Path, extra_rbac: bool = True
+) -> Iterator[SparkOperator]:
+    """CRDs, the chart's RBAC in ``namespace`` and the controller managing that namespace.
+
+    ``extra_rbac``: also the Role that Spark 4's spark-submit needs beyond the chart's
+    (SUBMIT_EXTRA_RULES); False shows what the chart alone gets.
+
+    On the way out the controller gets SIGTERM (SIGKILL after 30 s); its log is printed when
+    the block failed.  The cluster-scoped role and binding of the release are deleted; the
+    namespaced objects go with the test's namespace.
+    """
+    home = spark_home()
+    install_crds(k8s)
+    release = f"spark-operator-{os.urandom(3).hex()}"  # cluster-scoped names stay unique per test
+    rbac = render_rbac(k8s, release, namespace)
+    accounts = {
+        doc["metadata"]["labels"].get("app.kubernetes.io/component", "spark"): doc["metadata"]["name"]
+        for doc in rbac
+        if doc["kind"] == "ServiceAccount"
+    }
+    if extra_rbac:
+        rbac += submit_extra_rbac(release, namespace, accounts["controller"])
+    k8s.apply(*rbac, namespace=namespace)
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = token_kubeconfig(k8s, namespace, accounts["controller"], workdir / "controller.kubeconfig")
+    server = urlsplit(yaml.safe_load(k8s.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    health = free_port()
+    env = {
+        **k8s.env,
+        "KUBECONFIG": str(kubeconfig),
+        "SPARK_HOME": str(home),
+        # The master URL spark-submit gets: k8s://https://HOST:PORT.
+        "KUBERNETES_SERVICE_HOST": str(server.hostname),
+        "KUBERNETES_SERVICE_PORT": str(server.port or 443),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),  # where the controller writes the pod template files
+    }
+    args = [
+        str(k8s.bin_dir / "spark-operator"),
+        "controller",
+        "start",
+        f"--namespaces={namespace}",
+        "--controller-threads=2",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        "--metrics-bind-address=0",
+        "--leader-election=false",
+        "--zap-log-level=info",
+    ]
+    log = workdir / "spark-operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    operator = SparkOperator(namespace, release, accounts["controller"], accounts["spark"], log, proc)
+    try:
+        _wait_ready(proc, health, log)
+        yield operator
+    except BaseException:
+        print(f"--- spark-operator log ({log}) ---\n{operator.log_tail()}")
+        raise
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for kind in ("clusterrolebinding", "clusterrole"):
+            k8s.kubectl("delete", kind, f"{release}-controller", "--ignore-not-found", check=False)
+
+
+def pod_template(container: str, **spec: Any) -> dict[str, Any]:
+    """``driver.template`` / ``executor.template``: pod-spec fields (tolerations, volumes,
+    nodeSelector ...) that the webhook would otherwise add, and the named container's fields."""
+    container_fields = spec.pop("container", {})
+    return {"spec": {**spec, "containers": [{"name": container, **container_fields}]}}
+
+
+def kwok_templates() -> dict[str, dict[str, Any]]:
+    """Driver and executor templates that let the pods onto kwok's tainted fake node."""
+    return {
+        "driver": pod_template(DRIVER_CONTAINER, tolerations=[KWOK_TOLERATION]),
+        "executor": pod_template(EXECUTOR_CONTAINER, tolerations=[KWOK_TOLERATION]),
+    }
+
+
+def load_app(path: Path, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A SparkApplication manifest from a file, put in ``namespace``; ``spec`` entries are
+    merged one level deep (``driver={"template": ...}`` keeps the file's other driver fields)."""
+    app: dict[str, Any] = yaml.safe_load(path.read_text())
+    app["metadata"]["namespace"] = namespace
+    for key, value in spec.items():
+        current = app["spec"].get(key)
+        app["spec"][key] = {**current, **value} if isinstance(current, dict) else value
+    return app
+
+
+def get_app(k8s: K8sCluster, namespace: str, name: str) -> dict[str, Any]:
+    return k8s.get_json(f"sparkapplications.{GROUP}", name, "-n", namespace)
+
+
+def app_state(app: dict[str, Any]) -> str:
+    return str(((app.get("status") or {}).get("applicationState") or {}).get("state", ""))
+
+
+def wait_state(
+    k8s: K8sCluster, operator: SparkOperator, name: str, states: tuple[str, ...], timeout: float = 120
+) -> dict[str, Any]:
+    """The SparkApplication once its state is one of ``states``; fails early (with the
+    controller's log) on a terminal state that was not asked for."""
+    found: dict[str, Any] = {}
+
+    def reached() -> bool:
+        nonlocal found
+        found = get_app(k8s, operator.namespace, name)
+        state = app_state(found)
+        if state in TERMINAL_STATES and state not in states:
+            raise AssertionError(
+                f"SparkApplication {name} ended {state}, not {' or '.join(states)}: "
+                f"{json.dumps(found.get('status'), indent=1)}\n--- controller ---\n{operator.log_tail(5000)}"
+            )
+        return state in states
+
+    k8s.wait_for(f"SparkApplication {operator.namespace}/{name} in {' or '.join(states)}", reached, timeout)
+    return found
+
+
+def driver_pod(k8s: K8sCluster, namespace: str, app: dict[str, Any]) -> dict[str, Any]:
+    """The driver pod the status names."""
+    name = app["status"]["driverInfo"]["podName"]
+    return k8s.get_json("pod", name, "-n", namespace)
+
+
+def finish_driver(k8s: K8sCluster, namespace: str, pod: dict[str, Any], exit_code: int) -> None:
+    """End a fake-node driver as its kubelet would report it: container terminated with
+    ``exit_code``, pod Succeeded or Failed (kwok does the same for pods of Jobs)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    container = pod["spec"]["containers"][0]
+    terminated = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "startedAt": now,
+        "finishedAt": now,
+    }
+    status = {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"terminated": terminated},
+            }
+        ],
+    }
+    k8s.kubectl(
+        "patch",
+        "pod",
+        pod["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
