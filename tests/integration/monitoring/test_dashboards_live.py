@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 import pytest
+from dashkit import DASHBOARDS, all_variables, label_values_args
 from promkit import REPO_ROOT, PrometheusError, fetch, promtool, run_prometheus
 
 sys.path.insert(0, str(REPO_ROOT / "operator"))
@@ -63,7 +64,6 @@ from orbitmq_operator.monitoring.queries import (
 # The first use may build the monitoring tools (minutes, cold); the test itself takes ~16 s.
 pytestmark = pytest.mark.timeout(60 * 60)
 
-DASHBOARDS = REPO_ROOT / "charts" / "orbitmq" / "dashboards"
 ALERT_RULES = REPO_ROOT / "charts" / "orbitmq" / "rules" / "orbitmq-alerts.yaml"
 SCRAPE = "1s"
 RANGE_S = 20
@@ -336,22 +336,11 @@ async def _intrude_on_locks(running: Any, orderly: PushConsumer) -> None:
     )
 
 
-def _all_variables(dashboard: dict[str, Any]) -> dict[str, str]:
-    """Every template variable at "All" (its allValue, `.*` in our dashboards)."""
-    return {
-        v["name"]: v.get("allValue") or ".*"
-        for v in dashboard.get("templating", {}).get("list", [])
-        if v.get("type") == "query"
-    }
-
-
 def _label_values(prom: Any, query: str, variables: dict[str, str]) -> list[str]:
     """Grafana's ``label_values(selector, label)``: the label's values among matching series."""
-    inner = query.strip()
-    assert inner.startswith("label_values(") and inner.endswith(")"), query
-    selector, _, label = inner[len("label_values(") : -1].rpartition(",")
-    selector = substitute_grafana_variables(selector.strip(), variables, scrape_interval=SCRAPE)
-    return sorted({s[label.strip()] for s in prom.series(selector) if label.strip() in s})
+    selector, label = label_values_args(query)
+    selector = substitute_grafana_variables(selector, variables, scrape_interval=SCRAPE)
+    return sorted({s[label] for s in prom.series(selector) if label in s})
 
 
 def _operator_series_names() -> set[str]:
@@ -372,7 +361,7 @@ def _check_dashboards(prom: Any, range_: str) -> str:
     checked = skipped = 0
     for path in sorted(DASHBOARDS.glob("*.json")):
         dashboard = json.loads(path.read_text())
-        variables = _all_variables(dashboard)
+        variables = all_variables(dashboard)
         for name, query in variable_queries(dashboard):
             values = _label_values(prom, query, variables)
             lines.append(f"  {path.name:24} ${name:8} {len(values)} value(s): {', '.join(values)}")
