@@ -155,7 +155,7 @@ class StreamReader(DataSourceStreamReader):
         latest = {key: bound.max_offset for key, bound in bounds.items()}
         current = {key: begin.get(key, bound.min_offset) for key, bound in bounds.items()}
         if isinstance(limit, ReadMaxRows):
-            latest = offsets.cap(current, latest, limit.maxRows)
+            latest = offsets.cap(current, latest, limit.max_rows)
         # Queues in the checkpoint that the route no longer lists keep their offsets.
         return offsets.to_json_dict({**begin, **latest})
 

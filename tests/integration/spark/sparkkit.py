@@ -9,6 +9,7 @@ are separate processes that reach the cluster over TCP, as executors would.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -113,6 +114,9 @@ def spark_session(app: str) -> Any:
     run this interpreter (the venv's, where orbitmq_spark is installed)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # py4j logs at INFO while the interpreter shuts down, after pytest closed the log stream.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from pyspark.sql import SparkSession
 
     import orbitmq_spark
@@ -121,6 +125,7 @@ def spark_session(app: str) -> Any:
         SparkSession.builder.master("local[2]")
         .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
