@@ -1,11 +1,17 @@
 """Broker metrics (DESIGN §9): counters and histograms updated by handlers, plus gauges read
-from the store, offset table and lock table at scrape time (so they are never stale)."""
+from the store, offset table and lock table at scrape time (so they are never stale).
+
+Hot-path figures (sends, pulls, commit-log fsyncs) are plain tallies (:class:`_Tally`,
+:class:`~orbitmq.common.tally.LatencyTally`) that the collectors below turn into Prometheus
+families when scraped; the store keeps its own fsync tally, since it imports no Prometheus.
+"""
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import logging
+import os
 from collections.abc import Iterator
-from itertools import accumulate
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
@@ -13,8 +19,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from orbitmq.common.tally import LatencyTally
+
 if TYPE_CHECKING:
     from orbitmq.broker.server import Broker
+
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 30)
 
@@ -39,8 +49,8 @@ class BrokerMetrics:
         """Messages stored by sends, by topic."""
         self.messages_got = _Tally()
         """Messages returned by pulls, by (group, topic)."""
-        self.send_latency = _LatencyTally()
-        self.pull_latency = _LatencyTally()
+        self.send_latency = LatencyTally(LATENCY_BUCKETS)
+        self.pull_latency = LatencyTally(LATENCY_BUCKETS)
         registry.register(_HotPathCollector(self))
 
     def observe_send(self, topic: str, count: int, seconds: float) -> None:
@@ -72,21 +82,10 @@ class _Tally:
         return self.counts.get(labels, 0)
 
 
-class _LatencyTally:
-    """A latency histogram kept as per-bucket counts (see :class:`_Tally`)."""
-
-    def __init__(self) -> None:
-        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one: above every bound (+Inf)
-        self.total_seconds = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.total_seconds += seconds
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """Prometheus buckets: (upper bound, observations at or below it)."""
-        bounds = [*map(floatToGoString, LATENCY_BUCKETS), "+Inf"]
-        return list(zip(bounds, map(float, accumulate(self.buckets)), strict=True))
+def histogram_buckets(tally: LatencyTally) -> list[tuple[str, float]]:
+    """A tally's Prometheus buckets: (upper bound as exposed, observations at or below it)."""
+    bounds = [*map(floatToGoString, tally.bounds), "+Inf"]
+    return list(zip(bounds, map(float, tally.cumulative()), strict=True))
 
 
 class _HotPathCollector(Collector):
@@ -118,7 +117,7 @@ class _HotPathCollector(Collector):
             ),
         ):
             family = HistogramMetricFamily(metric, doc, labels=["broker"])
-            family.add_metric([name], tally.cumulative(), sum_value=tally.total_seconds)
+            family.add_metric([name], histogram_buckets(tally), sum_value=tally.total_seconds)
             yield family
 
 
@@ -217,3 +216,42 @@ class BrokerStateCollector(Collector):
             "Log bytes not yet in consume queues",
             value=b.store.dispatcher.lag_bytes,
         )
+        flushes = HistogramMetricFamily(
+            "orbitmq_commitlog_flush_seconds",
+            "Time of each commit-log fsync (SYNC_FLUSH: a group commit; ASYNC_FLUSH: a periodic flush)",
+            labels=["broker"],
+        )
+        tally = commitlog.flush_latency
+        flushes.add_metric([name], histogram_buckets(tally), sum_value=tally.total_seconds)
+        yield flushes
+        yield from _disk_gauges(commitlog.directory, name)
+
+
+def _disk_gauges(directory: Path, broker: str) -> Iterator[GaugeMetricFamily]:
+    """Size and space left of the file system holding the commit log, read when scraped.
+
+    *Available* is what an unprivileged process may still write (``statvfs``'s ``f_bavail``,
+    what ``df`` shows as Avail), not ``f_bfree``, which counts the blocks ext4 reserves for root:
+    the broker runs as an ordinary user and is stopped by the smaller figure. A file system that
+    cannot be read leaves both gauges out of this scrape (and logs why) instead of failing the
+    whole scrape.
+    """
+    try:
+        stats = os.statvfs(directory)
+    except OSError as error:
+        log.warning("no disk gauges for %s: statvfs failed: %s", directory, error)
+        return
+    total = GaugeMetricFamily(
+        "orbitmq_store_disk_total_bytes",
+        "Size of the file system holding the commit log",
+        labels=["broker"],
+    )
+    total.add_metric([broker], stats.f_blocks * stats.f_frsize)
+    yield total
+    available = GaugeMetricFamily(
+        "orbitmq_store_disk_available_bytes",
+        "Space the broker can still write on the file system holding the commit log",
+        labels=["broker"],
+    )
+    available.add_metric([broker], stats.f_bavail * stats.f_frsize)
+    yield available
