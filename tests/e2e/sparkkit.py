@@ -120,9 +120,8 @@ def install_crds(k8s: K8sCluster) -> None:
 
         def served(crd: str = crd) -> bool:
             found = k8s.kubectl("get", "crd", crd, "-o", "json", check=False)
-            conditions = (
-                json.loads(found.stdout).get("status", {}).get("conditions", []) if found.stdout else []
-            )
+            status = json.loads(found.stdout).get("status") if found.returncode == 0 else None
+            conditions = (status or {}).get("conditions") or []  # none yet right after the apply
             established = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
             return established and k8s.kubectl("get", crd, "-A", check=False).returncode == 0
 
