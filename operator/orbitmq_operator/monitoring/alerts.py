@@ -1,8 +1,8 @@
 """orbitmq's Prometheus alert rules, as data (issue 15 item 4; the chart ships the YAML).
 
 Every rule uses only the families of DESIGN §9 (see :mod:`.inventory`) with the labels they
-really carry, plus the few series Prometheus or Kubernetes provide that orbitmq has no equivalent
-for (:data:`EXTERNAL_SERIES`). Each alert has a ``for:`` duration, a ``severity`` label
+really carry, plus the few series Prometheus provides that orbitmq has no equivalent for
+(:data:`EXTERNAL_SERIES`). Each alert has a ``for:`` duration, a ``severity`` label
 (``critical``: messages stop flowing or are at risk now; ``warning``: someone should look today),
 a ``summary``, a ``description`` templated with the alert's labels, and a ``runbook_url`` naming
 its section of ``docs/runbook.md``.
@@ -38,7 +38,6 @@ from typing import Any, Literal
 import yaml
 
 from orbitmq.store.config import BrokerRole
-from orbitmq_operator.builders import names
 
 RUNBOOK = "docs/runbook.md"
 """The runbook every alert links to, one section (``## <AlertName>``) per alert. A path in the
@@ -51,17 +50,12 @@ YAML_HEADER = (
 
 EXTERNAL_SERIES: dict[str, frozenset[str]] = {
     "up": frozenset(),
-    "kubelet_volume_stats_used_bytes": frozenset({"namespace", "persistentvolumeclaim"}),
-    "kubelet_volume_stats_capacity_bytes": frozenset({"namespace", "persistentvolumeclaim"}),
 }
 """Series the rules read that orbitmq does not define -> their labels (target labels aside):
-Prometheus's ``up`` of every scrape target, and the kubelet's volume statistics (the only
-source of a broker volume's capacity: no orbitmq family reports the disk's size or free space)."""
+Prometheus's ``up`` of every scrape target."""
 
 MASTER_ROLES = "|".join(role.value for role in BrokerRole if role is not BrokerRole.SLAVE)
 """``role`` values of ``orbitmq_broker_role`` that mean master."""
-BROKER_DATA_CLAIMS = f"{names.DATA_VOLUME}-.+-{names.BROKER}-[0-9]+-[0-9]+"
-"""The brokers' data PVCs, ``data-<cluster>-broker-<group>-<pod>`` (made by the StatefulSets)."""
 DLQ_TOPICS = "%DLQ%.+"
 """Dead-letter topics, ``%DLQ%<group>``."""
 
@@ -69,6 +63,12 @@ REPLICATION_LAG_BOUND_BYTES = 256 * 1024 * 1024
 """A slave further behind than this is not a safe failover target (RocketMQ's default
 ``haMaxGapNotInSync`` is the same 256 MiB)."""
 DISK_USED_BOUND = 0.85
+"""Share of a broker's data file system it can no longer write, ``1 - available / total`` of
+``orbitmq_store_disk_*_bytes`` (the broker's own ``statvfs`` of its commit-log directory, so it
+holds on any deployment, and counts space reserved for root as used: the broker cannot have it).
+The kubelet's volume statistics are not a fallback: joined with ``or``, a volume both report
+would alert twice (one series per PVC, one per broker), and they only exist where Prometheus
+scrapes the kubelet."""
 LOCK_FLAP_WINDOW = "30m"
 LOCK_FLAP_CHANGES = 4
 """Gains and losses of the lock within the window, summed over the clients' holder series (a
@@ -77,7 +77,6 @@ A -> B -> A 3, A -> B -> A -> B 5; a broker restart (every lock lost and taken a
 client) 2, which is why the rule also wants two clients or more."""
 FAILOVER_WINDOW = "1h"
 
-_CLAIMS = f'{{persistentvolumeclaim=~"{BROKER_DATA_CLAIMS}"}}'
 _DLQ_OFFSET = f'orbitmq_queue_max_offset{{topic=~"{DLQ_TOPICS}"}}'
 _DLQ_KEY = "namespace, broker, topic, queue"
 FAILOVERS_REPEATED = 2
@@ -194,16 +193,18 @@ STORAGE = (
     Alert(
         "OrbitMQCommitLogDiskFilling",
         f"""
-        max by (namespace, persistentvolumeclaim) (kubelet_volume_stats_used_bytes{_CLAIMS})
-        / max by (namespace, persistentvolumeclaim) (kubelet_volume_stats_capacity_bytes{_CLAIMS})
+        1 - (
+          max by (namespace, pod, broker, instance) (orbitmq_store_disk_available_bytes)
+          / max by (namespace, pod, broker, instance) (orbitmq_store_disk_total_bytes)
+        )
         > {DISK_USED_BOUND}
         """,
         "5m",
         "warning",
-        "A broker's commit-log volume is almost full",
-        f"""Volume {{{{ $labels.persistentvolumeclaim }}}} in {{{{ $labels.namespace }}}}, which
-        holds a broker's commit log, is {{{{ $value | humanizePercentage }}}} full (bound
-        {DISK_USED_BOUND:.0%}); a full volume stops the broker from storing messages.""",
+        "A broker's commit-log disk is almost full",
+        f"""The disk holding the commit log of broker {{{{ $labels.broker }}}} at
+        {{{{ $labels.instance }}}} is {{{{ $value | humanizePercentage }}}} full (bound
+        {DISK_USED_BOUND:.0%}); a full disk stops the broker from storing messages.""",
     ),
     Alert(
         "OrbitMQDeadLetters",

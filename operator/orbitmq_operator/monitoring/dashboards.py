@@ -8,9 +8,11 @@ operator), each with the same template variables: ``datasource`` (any Prometheus
 - only the name server's ``orbitmq_nameserver_brokers`` has ``cluster`` (and calls the broker
   ``broker_name``), so ``cluster`` narrows ``broker`` (a broker's name is its group's, shared by
   its master and slaves), and broker-side panels filter on ``broker``;
-- the broker's storage gauges (``orbitmq_commitlog_bytes``, ``orbitmq_dispatch_lag_bytes``, ...)
-  have no labels of their own: :func:`_per_broker` joins them with ``orbitmq_broker_role`` on the
-  scrape target (``job``, ``instance``) to name and filter them;
+- the broker's older storage gauges (``orbitmq_commitlog_bytes``, ``orbitmq_dispatch_lag_bytes``,
+  ...) have no labels of their own: :func:`_per_broker` joins them with ``orbitmq_broker_role`` on
+  the scrape target (``job``, ``instance``) to name and filter them; the disk gauges and the
+  commit-log flush histogram carry ``broker``, and since a group's master and slaves share it,
+  their panels keep ``instance`` apart;
 - client-side families (rebalances, consume results) carry ``group``/``topic``/``client`` but no
   ``broker``; the operator's carry ``kind`` (failovers: ``namespace``, ``cluster``,
   ``broker_group``).
@@ -473,6 +475,27 @@ def storage_and_ha() -> list[tuple[str, list[Panel]]]:
                     unit="Bps",
                 ),
                 ts(
+                    "Store disk use %",
+                    Query(
+                        f"(1 - orbitmq_store_disk_available_bytes{{{B}}}"
+                        f" / orbitmq_store_disk_total_bytes{{{B}}})"
+                        " * on(job, instance) group_left(broker_id, role) orbitmq_broker_role",
+                        legend,
+                    ),
+                    unit="percentunit",
+                    description="Share of the file system holding the broker's data that the broker can "
+                    "no longer write (1 - available / size: space reserved for root counts as used). "
+                    "The OrbitMQCommitLogDiskFilling alert fires above 85 %.",
+                ),
+                ts(
+                    "Commit-log flush latency",
+                    *_quantiles("orbitmq_commitlog_flush_seconds", B, "broker, instance"),
+                    unit="s",
+                    description="Time of each fsync of the commit log: under SYNC_FLUSH a send waits "
+                    "for one (group commit, shared by the sends that arrive meanwhile); under "
+                    "ASYNC_FLUSH the periodic flush. A growing p99 is a slow or saturated disk.",
+                ),
+                ts(
                     "Dispatch lag",
                     Query(_per_broker("orbitmq_dispatch_lag_bytes"), legend),
                     unit="bytes",
@@ -630,7 +653,7 @@ BOARDS: tuple[Board, ...] = (
         "storage-and-ha",
         "orbitmq-storage-ha",
         "orbitmq / Storage and HA",
-        "Commit log, dispatch, replication, failovers.",
+        "Commit log, fsync latency, disk space, dispatch, replication, failovers.",
         storage_and_ha,
     ),
     Board(

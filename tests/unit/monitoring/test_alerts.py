@@ -51,10 +51,9 @@ ISSUE_ALERTS = {
     "the operator failing to reconcile": "OrbitMQOperatorReconcileFailing",
 }
 """Issue 15 item 4, each with the alert that answers it."""
-EXTERNAL_ONLY = {"OrbitMQCommitLogDiskFilling"}
-"""Alerts backed only by series orbitmq does not define: no orbitmq family reports the size or
-free space of a broker's disk (``orbitmq_commitlog_disk_bytes`` is the segments' size only), so
-the disk alert reads the kubelet's volume statistics (Kubernetes only)."""
+EXTERNAL_ONLY: set[str] = set()
+"""Alerts backed only by series orbitmq does not define: none (the disk alert reads the
+brokers' own ``orbitmq_store_disk_*_bytes``, not the kubelet's volume statistics)."""
 
 
 # -- promtool ---------------------------------------------------------------------------------
@@ -194,6 +193,16 @@ def test_every_series_and_label_an_expression_reads_exists(rule: dict[str, Any])
     assert result.grouping <= known, f"grouping by {result.grouping - known}"
     if any(m.endswith("_total") for m in result.metrics if m in SERIES):
         assert result.functions & {"rate", "increase"} or " offset " in expr, "a counter read raw"
+
+
+def test_the_disk_alert_reads_the_brokers_own_disk_gauges() -> None:
+    """Per broker process (a master and its slaves share a broker name, not a disk), from the
+    broker's statvfs: it holds outside Kubernetes too and needs no kubelet scrape."""
+    rule = next(r for r in RULES if r["alert"] == "OrbitMQCommitLogDiskFilling")
+    result = check_promql(rule["expr"])
+    assert result.metrics == {"orbitmq_store_disk_available_bytes", "orbitmq_store_disk_total_bytes"}
+    assert {"broker", "instance"} <= result.grouping
+    assert f"> {alerts.DISK_USED_BOUND}" in rule["expr"] and alerts.DISK_USED_BOUND == 0.85
 
 
 def test_role_values_come_from_the_broker_roles() -> None:
