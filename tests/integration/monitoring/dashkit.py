@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,12 +69,19 @@ def load_dashboards(directory: Path = DASHBOARDS) -> dict[str, dict[str, Any]]:
 
 
 def dashboard_queries(
-    *, scrape_interval: str, interval: str, range_: str, directory: Path = DASHBOARDS
+    *,
+    scrape_interval: str,
+    interval: str,
+    range_: str,
+    selected: Mapping[str, str | Sequence[str]] | None = None,
+    directory: Path = DASHBOARDS,
 ) -> Iterator[DashboardQuery]:
     """Every query of every panel of every dashboard, as Grafana sends it for a time range of
-    ``range_`` at a step of ``interval`` with targets scraped every ``scrape_interval``."""
+    ``range_`` at a step of ``interval`` with targets scraped every ``scrape_interval``; the
+    template variables at "All" except those ``selected`` (a list: the values picked in a
+    multi-value variable)."""
     for name, dashboard in load_dashboards(directory).items():
-        variables = all_variables(dashboard)
+        variables: dict[str, str | Sequence[str]] = {**all_variables(dashboard), **(selected or {})}
         for title, expr in panel_queries(dashboard):
             promql = substitute_grafana_variables(
                 expr, variables, scrape_interval=scrape_interval, interval=interval, range_=range_

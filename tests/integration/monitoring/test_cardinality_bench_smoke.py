@@ -55,7 +55,8 @@ def test_quick_run_prints_linear_series_and_answers_every_panel_query() -> None:
     for process in ("namesrv", "slave", "sidecar"):
         assert figures[f"series_{process}_3_topics"]["value"] > 0, process
 
-    assert figures["dashboard_queries"]["value"] > 20
+    assert figures["dashboard_query_over_target"]["baseline"] > 20  # panel queries run
     assert figures["dashboard_query_errors"]["value"] == 0
+    assert figures["drilldown_query_errors"]["value"] == 0
     assert 0 < figures["dashboard_query_p50_ms"]["value"] <= figures["dashboard_query_max_ms"]["value"]
     assert figures["dashboard_query_max_ms"]["baseline"] > 0  # the `up` baseline ran
