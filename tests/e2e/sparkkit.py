@@ -70,6 +70,8 @@ SUBMIT_EXTRA_RULES = [
 ]
 TOKEN_DURATION = "2h"
 READY_TIMEOUT_S = 60
+SPARKAPPS = Path(__file__).parent / "sparkapps"
+ENTRYPOINT = SPARKAPPS / "spark-entrypoint.sh"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -102,8 +104,7 @@ def spark_home() -> Path:
         home = Path(pyspark.__file__).parent
     if not (home / "bin" / "spark-submit").is_file():
         raise SparkKitError(f"SPARK_HOME {home} has no bin/spark-submit")
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        raise SparkKitError("spark-submit needs a Java runtime (>= 17): none on PATH and no JAVA_HOME")
+    java_home()  # fails early without a JDK
     return home
 
 
@@ -297,11 +298,11 @@ def running_spark_operator(
             k8s.kubectl("delete", kind, f"{release}-controller", "--ignore-not-found", check=False)
 
 
-def pod_template(container: str, **spec: Any) -> dict[str, Any]:
+def pod_template(container_name: str, container: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
     """``driver.template`` / ``executor.template``: pod-spec fields (tolerations, volumes,
-    nodeSelector ...) that the webhook would otherwise add, and the named container's fields."""
-    container_fields = spec.pop("container", {})
-    return {"spec": {**spec, "containers": [{"name": container, **container_fields}]}}
+    nodeSelector ...) that the webhook would otherwise add, and ``container``'s fields for the
+    container Spark fills in (``container_name``: DRIVER_CONTAINER or EXECUTOR_CONTAINER)."""
+    return {"spec": {**spec, "containers": [{"name": container_name, **(container or {})}]}}
 
 
 def kwok_templates() -> dict[str, dict[str, Any]]:
@@ -309,6 +310,63 @@ def kwok_templates() -> dict[str, dict[str, Any]]:
     return {
         "driver": pod_template(DRIVER_CONTAINER, tolerations=[KWOK_TOLERATION]),
         "executor": pod_template(EXECUTOR_CONTAINER, tolerations=[KWOK_TOLERATION]),
+    }
+
+
+def java_home() -> Path:
+    """The JDK spark-submit uses: ``$JAVA_HOME``, else the one ``java`` on PATH belongs to."""
+    if os.environ.get("JAVA_HOME"):
+        return Path(os.environ["JAVA_HOME"])
+    java = shutil.which("java")
+    if not java:
+        raise SparkKitError("spark-submit needs a Java runtime (>= 17): none on PATH and no JAVA_HOME")
+    return Path(java).resolve().parents[1]
+
+
+def _outside_links(root: Path) -> set[Path]:
+    """Directories outside ``root`` that its symlinks point into (Debian's JDK keeps its
+    configuration in /etc/java-17-openjdk and its CA store in /etc/ssl/certs/java)."""
+    found = set()
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(root) and not target.is_relative_to("/usr"):
+                found.add(target.parent)
+    return {d for d in found if not any(d != o and d.is_relative_to(o) for o in found)}
+
+
+def host_runtime_templates(host_mounts: list[str], python: str, **spec: Any) -> dict[str, dict[str, Any]]:
+    """Driver and executor templates for pods that run Spark from the host's files, as the test
+    bed's real node runs Python (its host-Python image, ``info["real_node"]``): ``host_mounts``
+    (the node's, holding /usr and the repository with its venv) read-only at the same paths,
+    plus what the JDK links to outside /usr; PySpark's Spark as SPARK_HOME, the host's JDK,
+    ``python`` for PySpark, and sparkapps/spark-entrypoint.sh as the command (the image has
+    no Spark entrypoint).  ``spec``: more pod-spec fields (nodeSelector, tolerations ...).
+    """
+    home, java = spark_home(), java_home()
+    paths = [Path(m) for m in host_mounts]
+    for needed in (home, java, ENTRYPOINT, *sorted(_outside_links(java))):
+        if not any(needed.is_relative_to(m) for m in paths):
+            paths.append(needed if needed.is_dir() else needed.parent)
+    volumes = [
+        {"name": f"spark-host-{i}", "hostPath": {"path": str(p), "type": "Directory"}}
+        for i, p in enumerate(paths)
+    ]
+    container = {
+        "command": ["/bin/bash", str(ENTRYPOINT)],
+        "env": [
+            {"name": "SPARK_HOME", "value": str(home)},
+            {"name": "JAVA_HOME", "value": str(java)},
+            {"name": "PYSPARK_PYTHON", "value": python},
+            {"name": "PYSPARK_DRIVER_PYTHON", "value": python},
+        ],
+        "volumeMounts": [
+            {"name": v["name"], "mountPath": v["hostPath"]["path"], "readOnly": True} for v in volumes
+        ],
+    }
+    return {
+        role: pod_template(name, volumes=volumes, container=container, **spec)
+        for role, name in (("driver", DRIVER_CONTAINER), ("executor", EXECUTOR_CONTAINER))
     }
 
 
@@ -321,6 +379,38 @@ def load_app(path: Path, namespace: str, **spec: Any) -> dict[str, Any]:
         current = app["spec"].get(key)
         app["spec"][key] = {**current, **value} if isinstance(current, dict) else value
     return app
+
+
+def count_job_app(
+    namespace: str,
+    name: str,
+    image: str,
+    templates: dict[str, dict[str, Any]],
+    service_account: str,
+    rows: int = 1000,
+    exit_code: int = 0,
+) -> dict[str, Any]:
+    """A SparkApplication of sparkapps/count_job.py (its host path as a ``local://`` file, so
+    pods that mount the repository run it), small enough for the real node: 0.2 CPU requested
+    per pod, one executor, no reruns (the state is the driver's exit)."""
+    pod = {"cores": 1, "coreRequest": "200m", "memory": "512m"}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "SparkApplication",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "type": "Python",
+            "pythonVersion": "3",
+            "mode": "cluster",
+            "sparkVersion": "4.3.0",
+            "image": image,
+            "mainApplicationFile": f"local://{SPARKAPPS / 'count_job.py'}",
+            "arguments": ["--rows", str(rows), "--exit-code", str(exit_code)],
+            "restartPolicy": {"type": "Never"},
+            "driver": {**pod, "serviceAccount": service_account, "template": templates["driver"]},
+            "executor": {**pod, "instances": 1, "template": templates["executor"]},
+        },
+    }
 
 
 def get_app(k8s: K8sCluster, namespace: str, name: str) -> dict[str, Any]:

@@ -16,11 +16,15 @@ sparkkit's docstring).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sparkkit
+import yaml
 from k8s_testbed_support import E2E_TIMEOUT, CommandError, K8sCluster
 
 pytestmark = [pytest.mark.e2e, E2E_TIMEOUT]
@@ -170,3 +174,74 @@ def test_chart_rbac_alone_cannot_submit_with_spark_4(
             "no driver pod left",
             lambda: not k8s_cluster.get_json("pods", "-n", namespace, "-l", "spark-role=driver")["items"],
         )
+
+
+def test_driver_entrypoint_runs_a_pyspark_app_and_passes_on_its_exit(tmp_path: Path) -> None:
+    """spark-entrypoint.sh's driver branch, as a driver pod runs it (``driver`` + what
+    spark-submit put in the pod's args), here with a local master: the app's output and exit
+    status are the process's, which the kubelet reports as the driver's end."""
+    home = sparkkit.spark_home()
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "JAVA_HOME": str(sparkkit.java_home()),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1",
+        "HOME": str(tmp_path),
+    }
+    job = sparkkit.SPARKAPPS / "count_job.py"
+    args = ["--master", "local[1]", "--conf", "spark.ui.enabled=false"]
+    args += ["--class", "org.apache.spark.deploy.PythonRunner", f"local://{job}"]
+    run = subprocess.run(
+        ["bash", str(sparkkit.ENTRYPOINT), "driver", *args, "--rows", "42", "--exit-code", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 3, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"counted": 42, "master": "local[1]"}
+    bad = subprocess.run(
+        ["bash", str(sparkkit.ENTRYPOINT), "launcher"], env=env, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 64
+    assert "unknown role 'launcher' (expected driver or executor)" in bad.stderr
+
+
+def test_host_runtime_templates_reach_the_driver_and_executor_specs(
+    k8s_cluster: K8sCluster, namespace: str, tmp_path: Path
+) -> None:
+    """What a real-node run relies on, checked on kwok: the templates' command (the entrypoint),
+    environment and host mounts end up in the driver pod, and in the executor template the
+    driver will create its executors from."""
+    host_mounts = [str(sparkkit.SPARKAPPS.parents[2])]  # the repository (with .venv), as the real node's
+    templates = sparkkit.host_runtime_templates(
+        host_mounts, sys.executable, tolerations=[sparkkit.KWOK_TOLERATION]
+    )
+    with sparkkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
+        app = sparkkit.count_job_app(namespace, "count", "host-python:e2e", templates, operator.spark_account)
+        k8s_cluster.apply(app)
+        found = sparkkit.wait_state(k8s_cluster, operator, "count", ("RUNNING",))
+        pod = sparkkit.driver_pod(k8s_cluster, namespace, found)
+        wanted = templates["driver"]["spec"]
+        container = pod["spec"]["containers"][0]
+        assert container["command"] == ["/bin/bash", str(sparkkit.ENTRYPOINT)]
+        assert container["args"][-4:] == ["--rows", "1000", "--exit-code", "0"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env.items() >= {e["name"]: e["value"] for e in wanted["containers"][0]["env"]}.items()
+        assert container["resources"]["requests"]["cpu"] == "200m"
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        for volume in wanted["volumes"]:
+            path = volume["hostPath"]["path"]
+            assert mounts[path]["readOnly"] is True
+            assert volumes[mounts[path]["name"]]["hostPath"]["path"] == path
+        # The executor template travels to the driver in a ConfigMap mounted as pod-template-volume.
+        config_map = volumes["pod-template-volume"]["configMap"]["name"]
+        data = k8s_cluster.get_json("configmap", config_map, "-n", namespace)["data"]
+        executor = yaml.safe_load(next(iter(data.values())))
+        executor_container = executor["spec"]["containers"][0]
+        assert executor_container["name"] == sparkkit.EXECUTOR_CONTAINER
+        assert executor_container["command"] == ["/bin/bash", str(sparkkit.ENTRYPOINT)]
+        assert executor["spec"]["volumes"] == templates["executor"]["spec"]["volumes"]

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The container entrypoint Spark's Kubernetes pods expect (Spark's own image has it as
+# /opt/entrypoint.sh; the test bed's host-Python image has none, so the pod templates of
+# sparkkit.host_runtime_templates set it as the container's command):
+#   driver ARGS...  spark-submit in client mode inside the driver pod (ARGS: the
+#                   --properties-file, --class and application spark-submit in cluster mode
+#                   put into the pod's args)
+#   executor        the executor backend, from the environment Spark sets on executor pods
+# Needs SPARK_HOME and JAVA_HOME (PYSPARK_PYTHON for Python applications).
+set -euo pipefail
+: "${SPARK_HOME:?spark-entrypoint: SPARK_HOME is not set}"
+: "${JAVA_HOME:?spark-entrypoint: JAVA_HOME is not set}"
+export PATH="$JAVA_HOME/bin:$PATH"
+
+classpath="$SPARK_HOME/jars/*"
+if [ -n "${SPARK_CONF_DIR:-}" ]; then
+    classpath="$SPARK_CONF_DIR:$classpath"
+fi
+
+role=${1:-}
+shift || true
+case "$role" in
+driver)
+    exec "$SPARK_HOME/bin/spark-submit" \
+        --conf "spark.driver.bindAddress=$SPARK_DRIVER_BIND_ADDRESS" \
+        --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=$SPARK_DRIVER_BIND_ADDRESS" \
+        --deploy-mode client \
+        "$@"
+    ;;
+executor)
+    # SPARK_JAVA_OPT_0, _1, ...: the executor's JVM options, in their numeric order.
+    java_opts=()
+    while IFS= read -r opt; do
+        java_opts+=("$opt")
+    done < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
+    exec "$JAVA_HOME/bin/java" "${java_opts[@]}" \
+        -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \
+        -cp "$classpath" \
+        org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
+        --driver-url "$SPARK_DRIVER_URL" \
+        --executor-id "$SPARK_EXECUTOR_ID" \
+        --cores "$SPARK_EXECUTOR_CORES" \
+        --app-id "$SPARK_APPLICATION_ID" \
+        --hostname "$SPARK_EXECUTOR_POD_IP" \
+        --resourceProfileId "$SPARK_RESOURCE_PROFILE_ID" \
+        --podName "$SPARK_EXECUTOR_POD_NAME"
+    ;;
+*)
+    echo "spark-entrypoint: unknown role '$role' (expected driver or executor)" >&2
+    exit 64
+    ;;
+esac
