@@ -456,9 +456,11 @@ def run_timed(timed: Timed, call: Callable[[], tuple[float, Any, int]], repeats:
             elapsed, data, size = call()
             timed.seconds.append(elapsed)
             timed.reply_bytes = size
-            if isinstance(data, dict) and "result" in data:
+            if isinstance(data, dict) and data.get("resultType") in ("scalar", "string"):
+                timed.series = timed.points = 1
+            elif isinstance(data, dict) and "result" in data:
                 timed.series = len(data["result"])
-                timed.points = sum(len(s.get("values", ())) for s in data["result"])
+                timed.points = sum(len(s["values"]) if "values" in s else 1 for s in data["result"])
                 timed.server.append(
                     float(data.get("stats", {}).get("timings", {}).get("execTotalTime", "nan"))
                 )
@@ -487,13 +489,22 @@ def run_queries(
         params = {"query": promql, "start": start, "end": end, "step": step_s, "stats": "all"}
         return lambda: api_get(prom, "query_range", params)
 
+    def instant(promql: str) -> Callable[[], tuple[float, Any, int]]:
+        params = {"query": promql, "time": end, "stats": "all"}
+        return lambda: api_get(prom, "query", params)
+
     ranged("up")()  # warm the HTTP path
     baseline = run_timed(Timed("up", "up"), ranged("up"), max(repeats, 10))
     queries = dashboard_queries(
         scrape_interval=scrape, interval=step, range_=format_duration(range_s), selected=selected
     )
     panels = [
-        run_timed(Timed(f"{q.dashboard} {q.title}", q.promql), ranged(q.promql), repeats) for q in queries
+        run_timed(
+            Timed(f"{q.dashboard} {q.title}" + (" (instant)" if q.instant else ""), q.promql),
+            (instant if q.instant else ranged)(q.promql),
+            repeats,
+        )
+        for q in queries
     ]
     variables: list[Timed] = []
     if selected:

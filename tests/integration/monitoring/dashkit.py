@@ -61,6 +61,27 @@ class DashboardQuery:
     """As written in the dashboard, variables and all."""
     promql: str
     """With the template variables at "All" and Grafana's ``$__*`` variables substituted."""
+    instant: bool = False
+    """The panel asks for the value at the range's end only (``instant``, not ``range``: stat
+    and table panels), not for a point per step."""
+
+
+def panel_targets(dashboard: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(panel title, target) of every query :func:`panel_queries` lists, in the same order, with
+    the rest of the target (``instant``, ``range``, ``format``)."""
+    panels = []
+    for panel in dashboard.get("panels") or []:
+        panels.append(panel)
+        panels.extend(panel.get("panels") or [])  # a collapsed row holds its panels
+    found = [
+        (panel.get("title", ""), target)
+        for panel in panels
+        for target in panel.get("targets") or []
+        if target.get("expr") and not target.get("hide")
+    ]
+    if [(title, target["expr"]) for title, target in found] != panel_queries(dashboard):
+        raise AssertionError("dashkit.panel_targets and queries.panel_queries disagree; align them")
+    return found
 
 
 def load_dashboards(directory: Path = DASHBOARDS) -> dict[str, dict[str, Any]]:
@@ -82,11 +103,13 @@ def dashboard_queries(
     multi-value variable)."""
     for name, dashboard in load_dashboards(directory).items():
         variables: dict[str, str | Sequence[str]] = {**all_variables(dashboard), **(selected or {})}
-        for title, expr in panel_queries(dashboard):
+        for title, target in panel_targets(dashboard):
+            expr = target["expr"]
             promql = substitute_grafana_variables(
                 expr, variables, scrape_interval=scrape_interval, interval=interval, range_=range_
             )
-            yield DashboardQuery(name, title, expr, promql)
+            instant = bool(target.get("instant")) and not target.get("range", False)
+            yield DashboardQuery(name, title, expr, promql, instant)
 
 
 def variable_selectors(
