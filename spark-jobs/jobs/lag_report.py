@@ -1,0 +1,178 @@
+"""Lag report: per consumer group, topic and queue, the committed offset, the max offset and the
+lag at the time of the run, appended to Parquet partitioned by date.
+
+    spark-submit --master local[2] spark-jobs/jobs/lag_report.py \\
+        --namesrv 127.0.0.1:9876 --group orders-service --output /data/lag
+
+Each run appends one snapshot (column ``at``, partition column ``date``), so the Parquet
+dataset becomes a lag history to chart or query. Stdout gets a summary table (lag per group and
+topic) and, last, one JSON line (``{"job": "lag_report", ...}``) for the scheduler. The offsets
+come from the brokers in one pass on the driver (a handful of rows per queue); Spark does the
+writing, so the output lands wherever Spark can write (local files, HDFS, S3).
+Exit status 2 is bad arguments or an unknown group, 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from orbitmq.client.admin import Admin
+from orbitmq.common.errors import OrbitError
+from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+SCHEMA = (
+    "at timestamp, group string, topic string, broker string, queue int, "
+    "committed_offset long, max_offset long, lag long, last_timestamp timestamp, date string"
+)
+
+
+class UsageError(Exception):
+    """Bad arguments, or a group the brokers do not know: exit status 2."""
+
+
+def _name(kind: str, check: Any) -> Any:
+    def parse(text: str) -> str:
+        try:
+            return check(text.strip())
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = kind
+    return parse
+
+
+def _namesrv(text: str) -> str:
+    for address in text.split(";"):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{address!r} must be host:port with a port of 1..65535")
+    return text
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="lag_report.py",
+        description="Append each consumer group's per-queue committed offset, max offset and lag "
+        "to Parquet (partitioned by date); print a summary table and a JSON summary line.",
+    )
+    parser.add_argument("--namesrv", required=True, type=_namesrv, help="name servers 'host:port;host:port'")
+    parser.add_argument(
+        "--group",
+        action="append",
+        type=_name("group", validate_group_name),
+        default=[],
+        help="a consumer group to report (repeat for several; default: every group the brokers know)",
+    )
+    parser.add_argument("--topic", type=_name("topic", validate_topic_name), help="only this topic")
+    parser.add_argument(
+        "--output", required=True, help="Parquet dataset to append to (a path or URI Spark writes)"
+    )
+    parser.add_argument(
+        "--show", type=int, default=20, help="rows of the summary table (0: none; default 20)"
+    )
+    args = parser.parse_args(argv)
+    if args.show < 0:
+        parser.error(f"--show {args.show} must be 0 or more")
+    return args
+
+
+async def collect(namesrv: str, groups: list[str], topic: str | None) -> list[tuple[Any, ...]]:
+    """(group, topic, broker, queue, committed, max, lag, last stored ms) of every queue."""
+    async with Admin(namesrv) as admin:
+        if not groups:
+            groups = sorted(g for g in await admin.groups() if not g.startswith("%"))
+        rows = []
+        for group in groups:
+            try:
+                progress = await admin.consume_progress(group, topic)
+            except OrbitError as error:
+                if getattr(error, "reason", None) == ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST:
+                    raise UsageError(f"--group {group!r}: {error}") from None
+                raise
+            rows.extend(
+                (
+                    group,
+                    q.topic,
+                    q.broker_name,
+                    q.queue_id,
+                    q.consumer_offset,
+                    q.broker_offset,
+                    q.lag,
+                    q.last_timestamp_ms,
+                )
+                for q in progress
+            )
+    return sorted(rows)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    at = datetime.now(UTC).replace(microsecond=0)
+    found = asyncio.run(collect(args.namesrv, args.group, args.topic))
+
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("orbitmq-lag-report").getOrCreate()
+    try:
+        data = [
+            (
+                at,
+                group,
+                topic,
+                broker,
+                queue,
+                committed,
+                maximum,
+                lag,
+                datetime.fromtimestamp(last_ms / 1000, UTC) if last_ms > 0 else None,
+                at.date().isoformat(),
+            )
+            for group, topic, broker, queue, committed, maximum, lag, last_ms in found
+        ]
+        frame = spark.createDataFrame(data, SCHEMA).coalesce(1)
+        frame.write.mode("append").partitionBy("date").parquet(args.output)
+        if args.show and data:
+            by_group = frame.groupBy("group", "topic").agg({"lag": "sum", "queue": "count"})
+            table = by_group.withColumnRenamed("sum(lag)", "lag").withColumnRenamed("count(queue)", "queues")
+            table.orderBy("group", "topic").show(args.show, truncate=False)
+    finally:
+        spark.stop()
+    return {
+        "job": "lag_report",
+        "status": "ok",
+        "at": at.isoformat(),
+        "groups": len({row[0] for row in found}),
+        "queues": len(found),
+        "total_lag": sum(row[6] for row in found),
+        "output": args.output,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        summary = run(args)
+    except UsageError as error:
+        print(f"lag_report.py: error: {error}", file=sys.stderr)
+        print(json.dumps({"job": "lag_report", "status": "error", "error": str(error)}))
+        return 2
+    except (OrbitError, ValueError, grpc.aio.AioRpcError) as error:
+        print(f"lag_report.py: error: {error}", file=sys.stderr)
+        print(json.dumps({"job": "lag_report", "status": "error", "error": str(error)}))
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
