@@ -162,6 +162,11 @@ def submit_extra_rbac(release: str, namespace: str, account: str) -> list[dict[s
     ]
 
 
+def api_server(k8s: K8sCluster) -> str:
+    """The API server's URL as the test bed's kubeconfig names it (https://127.0.0.1:PORT)."""
+    return str(yaml.safe_load(k8s.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+
+
 def token_kubeconfig(k8s: K8sCluster, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig that logs in as ``namespace/account`` with a bound token (TokenRequest)."""
     token = k8s.kubectl(
@@ -254,7 +259,7 @@ def running_spark_operator(
     k8s.apply(*rbac, namespace=namespace)
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = token_kubeconfig(k8s, namespace, accounts["controller"], workdir / "controller.kubeconfig")
-    server = urlsplit(yaml.safe_load(k8s.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    server = urlsplit(api_server(k8s))
     health = free_port()
     env = {
         **k8s.env,

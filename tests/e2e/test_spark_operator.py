@@ -8,9 +8,12 @@ arguments, resources, service account and labels; the application's state follow
 schema refuses a malformed application; and upstream's chart RBAC alone cannot submit with
 Spark 4 (the extra Role the kit adds, see ``sparkkit.SUBMIT_EXTRA_RULES``).
 
-The driver's end is reported the way a kubelet does (``sparkkit.finish_driver``: the pod's
-status), as kwok does for the pods of Jobs; a driver run for real needs the real node (see
-sparkkit's docstring).
+Where a driver only has to end, its end is reported the way a kubelet does
+(``sparkkit.finish_driver``: the pod's status), as kwok does for the pods of Jobs.  One test
+runs Spark for real: sparkhost runs the driver's and the executor's containers (as their pod
+specs say, through sparkapps/spark-entrypoint.sh) as host processes and reports the driver's
+real exit status.  The same templates on the real node (``info["real_node"]``: its image,
+labels, host mounts and Python) run it in containers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sparkhost
 import sparkkit
 import yaml
 from k8s_testbed_support import E2E_TIMEOUT, CommandError, K8sCluster
@@ -245,3 +249,51 @@ def test_host_runtime_templates_reach_the_driver_and_executor_specs(
         assert executor_container["name"] == sparkkit.EXECUTOR_CONTAINER
         assert executor_container["command"] == ["/bin/bash", str(sparkkit.ENTRYPOINT)]
         assert executor["spec"]["volumes"] == templates["executor"]["spec"]["volumes"]
+
+
+def test_count_job_runs_for_real_and_completes(
+    k8s_cluster: K8sCluster, namespace: str, tmp_path: Path
+) -> None:
+    """The whole path with Spark really running: the controller submits, the driver pod's
+    container runs (on the host: sparkhost plays the kubelet) and asks the API server for an
+    executor pod, whose container runs and does the counting; the driver exits 0 and the
+    application is COMPLETED; the driver has deleted its executor pod."""
+    repo = str(sparkkit.SPARKAPPS.parents[2])
+    templates = sparkkit.host_runtime_templates(
+        [repo], sys.executable, tolerations=[sparkkit.KWOK_TOLERATION]
+    )
+    with sparkkit.running_spark_operator(k8s_cluster, namespace, tmp_path / "operator") as operator:
+        app = sparkkit.count_job_app(namespace, "count", "host-python:e2e", templates, operator.spark_account)
+        k8s_cluster.apply(app)
+        found = sparkkit.wait_state(k8s_cluster, operator, "count", ("RUNNING",))
+        driver_pod = sparkkit.driver_pod(k8s_cluster, namespace, found)
+        # The driver's identity: the chart's spark account (executor pods, their config maps).
+        kubeconfig = sparkkit.token_kubeconfig(
+            k8s_cluster, namespace, operator.spark_account, tmp_path / "spark.kubeconfig"
+        )
+
+        def executor_pods() -> list[dict[str, Any]]:
+            selector = "spark-role=executor,sparkoperator.k8s.io/app-name=count"
+            return k8s_cluster.get_json("pods", "-n", namespace, "-l", selector)["items"]
+
+        with sparkhost.run_container(k8s_cluster, namespace, driver_pod, tmp_path, kubeconfig) as driver:
+            k8s_cluster.wait_for(
+                "the driver's executor pod", lambda: bool(executor_pods()) or driver.proc.poll() is not None
+            )
+            assert driver.proc.poll() is None, driver.output()[-5000:]
+            executor_pod = executor_pods()[0]
+            with sparkhost.run_container(
+                k8s_cluster, namespace, executor_pod, tmp_path, kubeconfig
+            ) as executor:
+                exit_code = driver.proc.wait(timeout=180)
+                assert exit_code == 0, driver.output()[-5000:]
+                executor.proc.wait(timeout=60)
+        summary = [line for line in driver.output().splitlines() if line.startswith('{"counted"')]
+        assert [json.loads(line) for line in summary] == [
+            {"counted": 1000, "master": f"k8s://{sparkkit.api_server(k8s_cluster)}"}
+        ]
+        assert "Finished task" in executor.output()  # the executor, not the driver, counted
+        sparkkit.finish_driver(k8s_cluster, namespace, driver_pod, exit_code)
+        done = sparkkit.wait_state(k8s_cluster, operator, "count", ("COMPLETED",))
+        assert done["status"]["executionAttempts"] == 1
+        k8s_cluster.wait_for("the executor pod deleted by the driver", lambda: not executor_pods())
