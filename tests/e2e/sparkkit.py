@@ -19,8 +19,12 @@ resource manager) and needs a Java runtime; the master URL the controller passes
 ``k8s://https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``.
 
 The kit knows no node: a test places the pods with :func:`pod_template` (kwok's taint on the
-fake node; on the real node, its labels and the mounts of a Spark runtime), so one controller
-serves both the fake-node tests and a real driver run to COMPLETED.
+fake node; on the real node, its labels) and :func:`host_runtime_templates` gives the pods a
+Spark runtime from the host's files (PySpark, the JDK, sparkapps/spark-entrypoint.sh), so one
+controller serves the fake-node tests, a run whose containers sparkhost starts on the host,
+and a driver run to COMPLETED on the real node.  The driver inside a pod reaches the API
+server at ``spark.kubernetes.driver.master`` (default ``https://kubernetes.default.svc``), not
+at the controller's 127.0.0.1 master URL.
 """
 
 from __future__ import annotations
