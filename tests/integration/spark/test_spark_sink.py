@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 from sparkkit import ThreadCluster
 
 from orbitmq.client.message import Message
@@ -29,22 +30,18 @@ def test_batch_write_sends_every_row_once_keeping_order_per_sharding_key(
 ) -> None:
     topic = "SparkSinkBatch"
     cluster.create_topic(topic, 4)  # eight write queues over two brokers
-    # 200 rows in 4 Spark partitions of 50; keys order-0..order-19 each hold 10 consecutive rows
-    # (so one partition), the last 40 rows have no sharding key.
-    data = [
-        (
-            f"row-{i:03d}".encode(),
-            [f"id-{i}", "bulk"],
-            "even" if i % 2 == 0 else "odd",
-            {"seq": str(i)},
-            f"order-{i // 10}" if i < 160 else None,
-        )
-        for i in range(200)
-    ]
-    schema = (
-        "body binary, keys array<string>, tags string, properties map<string,string>, sharding_key string"
+    # 200 rows in 4 Spark partitions of 50 (built in the JVM: no Python worker to start for
+    # them); keys order-0..order-15 each hold 10 consecutive rows (so one partition), the last
+    # 40 rows have no sharding key.
+    frame = spark.range(0, 200, 1, 4).select(
+        F.concat(F.lit("row-"), F.lpad(F.col("id").cast("string"), 3, "0")).cast("binary").alias("body"),
+        F.array(F.concat(F.lit("id-"), F.col("id").cast("string")), F.lit("bulk")).alias("keys"),
+        F.when(F.col("id") % 2 == 0, "even").otherwise("odd").alias("tags"),
+        F.create_map(F.lit("seq"), F.col("id").cast("string")).alias("properties"),
+        F.when(F.col("id") < 160, F.concat(F.lit("order-"), F.floor(F.col("id") / 10).cast("string"))).alias(
+            "sharding_key"
+        ),
     )
-    frame = spark.createDataFrame(spark.sparkContext.parallelize(data, 4), schema)
     _write(frame, cluster.namesrv, topic, batchSize="16")
 
     stored = cluster.read_all(topic)
@@ -52,7 +49,7 @@ def test_batch_write_sends_every_row_once_keeping_order_per_sharding_key(
     assert sorted(bodies) == [f"row-{i:03d}" for i in range(200)]  # each row once
     for message in stored:
         i = int(message.properties["seq"])
-        assert message.body == data[i][0]
+        assert message.body == f"row-{i:03d}".encode()
         assert list(message.keys) == [f"id-{i}", "bulk"]
         assert message.tags == ("even" if i % 2 == 0 else "odd")
     by_key: dict[str, list[tuple[str, int, int, int]]] = {}
