@@ -273,7 +273,6 @@ def running_spark_operator(
         "KUBERNETES_SERVICE_HOST": str(server.hostname),
         "KUBERNETES_SERVICE_PORT": str(server.port or 443),
         "HOME": str(workdir),
-        "TMPDIR": str(workdir),  # where the controller writes the pod template files
     }
     args = [
         str(k8s.bin_dir / "spark-operator"),
