@@ -62,9 +62,9 @@ CHART_TEMPLATES = (
 )
 # The SparkApplication states the controller reports (v1beta2.ApplicationStateType).
 TERMINAL_STATES = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
-# Spark 4.x's spark-submit also applies a NetworkPolicy for the driver (its
-# NetworkPolicyFeatureStep: only the app's executors may reach it), which the v2.3.0 chart's
-# controller role does not allow: a cluster install needs this Role beside the chart's.
+# Spark 4.3's spark-submit also applies a NetworkPolicy for the driver pod (its
+# NetworkPolicyFeatureStep, server-side apply), which the v2.3.0 chart's controller role does
+# not allow: a cluster install needs this Role beside the chart's.
 SUBMIT_EXTRA_RULES = [
     {
         "apiGroups": ["networking.k8s.io"],
