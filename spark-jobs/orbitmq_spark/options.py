@@ -83,7 +83,8 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
-    pull_batch_size: int = 256
+    pull_batch_size: int = MAX_PULL_BATCH
+    """Messages asked for per pull: the broker's cap, which it lowers by bytes itself."""
 
     @property
     def pull_group(self) -> str:
@@ -333,7 +334,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         fail_on_data_loss=_boolean(opts, "failondataloss", True),
         max_offsets_per_trigger=max_per_trigger,
         min_partitions=_positive_int(opts, "minpartitions", None),
-        pull_batch_size=_positive_int(opts, "pullbatchsize", 256, MAX_PULL_BATCH) or 256,
+        pull_batch_size=_positive_int(opts, "pullbatchsize", MAX_PULL_BATCH, MAX_PULL_BATCH)
+        or MAX_PULL_BATCH,
     )
 
 
