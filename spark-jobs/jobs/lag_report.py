@@ -77,7 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--output", required=True, help="Parquet dataset to append to (a path or URI Spark writes)"
     )
     parser.add_argument(
-        "--show", type=int, default=20, help="rows of the summary table (0: none; default 20)"
+        "--show",
+        type=int,
+        default=20,
+        help="rows of the summary table, largest lag first (0: none; default 20)",
     )
     args = parser.parse_args(argv)
     if args.show < 0:
@@ -114,6 +117,22 @@ async def collect(namesrv: str, groups: list[str], topic: str | None) -> list[tu
     return sorted(rows)
 
 
+def summary_table(found: list[tuple[Any, ...]], limit: int) -> str:
+    """Lag per group and topic, largest first (computed here: a few rows, no Spark job)."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    for group, topic, *_, lag, _last in found:
+        entry = totals.setdefault((group, topic), [0, 0])
+        entry[0] += 1
+        entry[1] += lag
+    rows = sorted(totals.items(), key=lambda item: (-item[1][1], item[0]))[:limit]
+    header = ("group", "topic", "queues", "lag")
+    cells = [header, *((g, t, str(q), str(lag)) for (g, t), (q, lag) in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     at = datetime.now(UTC).replace(microsecond=0)
@@ -140,10 +159,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         frame = spark.createDataFrame(data, SCHEMA).coalesce(1)
         frame.write.mode("append").partitionBy("date").parquet(args.output)
-        if args.show and data:
-            by_group = frame.groupBy("group", "topic").agg({"lag": "sum", "queue": "count"})
-            table = by_group.withColumnRenamed("sum(lag)", "lag").withColumnRenamed("count(queue)", "queues")
-            table.orderBy("group", "topic").show(args.show, truncate=False)
+        if args.show and found:
+            print(summary_table(found, args.show))
     finally:
         spark.stop()
     return {
