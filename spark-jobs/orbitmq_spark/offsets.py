@@ -170,18 +170,22 @@ def cap(
     start: Mapping[QueueKey, int], latest: Mapping[QueueKey, int], max_offsets: int
 ) -> dict[QueueKey, int]:
     """The end of a micro-batch reading at most ``max_offsets`` slots over all queues, shared
-    in proportion to each queue's backlog (Kafka's ``maxOffsetsPerTrigger``); every queue with a
-    backlog advances by at least one slot so none starves."""
+    in proportion to each queue's backlog (Kafka's ``maxOffsetsPerTrigger``), the rounding
+    remainder to the largest backlogs; every queue with a backlog advances by at least one slot
+    so none starves (which may pass ``max_offsets`` when it is below the number of queues)."""
     backlog = {k: max(0, latest[k] - start.get(k, latest[k])) for k in latest}
     total = sum(backlog.values())
     if total <= max_offsets:
         return dict(latest)
-    ends = {}
-    for key, behind in backlog.items():
-        begin = start.get(key, latest[key])
-        share = 0 if behind == 0 else max(1, behind * max_offsets // total)
-        ends[key] = begin + min(behind, share)
-    return ends
+    shares = {k: 0 if behind == 0 else max(1, behind * max_offsets // total) for k, behind in backlog.items()}
+    left = max_offsets - sum(shares.values())
+    for key in sorted(backlog, key=lambda k: (-(backlog[k] - shares[k]), k)):
+        if left <= 0:
+            break
+        if shares[key] < backlog[key]:
+            shares[key] += 1
+            left -= 1
+    return {key: start.get(key, latest[key]) + min(backlog[key], shares[key]) for key in latest}
 
 
 def to_json_dict(offsets: Mapping[QueueKey, int]) -> dict[str, dict[str, int]]:

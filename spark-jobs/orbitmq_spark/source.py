@@ -27,7 +27,12 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from orbitmq_spark import brokers, offsets, rows
@@ -116,12 +121,17 @@ class BatchReader(DataSourceReader):
         return _read(self.options, partition)
 
 
-class StreamReader(DataSourceStreamReader):
-    """Offsets per queue in the checkpoint; the look-up client lives as long as the query."""
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets per queue in the checkpoint; the look-up client lives as long as the query.
+
+    With ``trigger(availableNow=True)`` the query reads what the queues held when it started
+    (in batches of ``maxOffsetsPerTrigger``) and stops: a resumable batch job on a checkpoint.
+    """
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._view: brokers.ClusterView | None = None
+        self._target: dict[offsets.QueueKey, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # executors get the options, never the client
         return {"options": self.options, "_view": None}
@@ -143,6 +153,10 @@ class StreamReader(DataSourceStreamReader):
         )
         return offsets.to_json_dict(starts)
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        _, bounds = self._latest()
+        self._target = {key: bound.max_offset for key, bound in bounds.items()}
+
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
@@ -154,6 +168,11 @@ class StreamReader(DataSourceStreamReader):
         # A queue the checkpoint does not know yet was added after the query started: from its start.
         latest = {key: bound.max_offset for key, bound in bounds.items()}
         current = {key: begin.get(key, bound.min_offset) for key, bound in bounds.items()}
+        if self._target is not None:  # availableNow: nothing past what was there at the start
+            latest = {
+                key: max(current[key], min(end, self._target.get(key, current[key])))
+                for key, end in latest.items()
+            }
         if isinstance(limit, ReadMaxRows):
             latest = offsets.cap(current, latest, limit.max_rows)
         # Queues in the checkpoint that the route no longer lists keep their offsets.

@@ -16,7 +16,10 @@ def test_cap_shares_the_limit_by_backlog_and_starves_no_queue() -> None:
     assert ends[B0] == 50  # no backlog, no move
     assert ends[A1] == 101  # one message behind: still advances
     assert ends[A0] == 99  # the rest, in proportion
-    assert sum(ends[k] - s for k, s in {A0: 0, A1: 100, B0: 50}.items()) <= 100
+    assert sum(ends[k] - s for k, s in {A0: 0, A1: 100, B0: 50}.items()) == 100
+    even = cap({A0: 0, B0: 0}, {A0: 13, B0: 12}, 10)  # 5.2 and 4.8: the remainder to the larger
+    assert even == {A0: 6, B0: 4}
+    assert sum(even.values()) == 10
     assert cap({A0: 0}, {A0: 10}, 100) == {A0: 10}  # under the limit: everything
 
 

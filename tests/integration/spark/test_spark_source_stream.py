@@ -105,6 +105,32 @@ def test_stream_caps_batches_picks_up_a_new_queue_and_resumes_after_restart(
         assert all(bodies[(r.broker_name, r.queue_id, r.queue_offset)].startswith(prefix) for r in results)
 
 
+def test_available_now_reads_what_was_there_in_capped_batches_and_stops(
+    spark: Any, cluster: ThreadCluster, tmp_path: Path
+) -> None:
+    topic = "SparkStreamNow"
+    cluster.create_topic(topic, 1)
+    sent = cluster.send([Message(topic, f"now-{i}".encode()) for i in range(25)])
+    query = (
+        spark.readStream.format("orbitmq")
+        .option("namesrv", cluster.namesrv)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "10")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(90), "an availableNow query stops by itself"
+    assert query.exception() is None
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [10, 10, 5]
+    rows = _sink_rows(spark, tmp_path / "out")
+    assert sorted((r.broker, r.queue, r.queue_offset) for r in rows) == sorted(_places(sent))
+
+
 @pytest.fixture
 def retention_cluster(tmp_path: Path) -> Iterator[ThreadCluster]:
     """One broker with 64 KiB commit-log segments whose retention keeps nothing older than 1 ms
