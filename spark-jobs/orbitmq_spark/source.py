@@ -134,7 +134,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[offsets.QueueKey, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # executors get the options, never the client
-        return {"options": self.options, "_view": None}
+        return {"options": self.options, "_view": None, "_target": None}
 
     def _cluster(self) -> brokers.ClusterView:
         if self._view is None:
