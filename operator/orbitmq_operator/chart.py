@@ -28,7 +28,7 @@ import yaml
 
 from orbitmq_operator.crds import structural_schema
 from orbitmq_operator.peering import peering_crds
-from orbitmq_operator.rbac import cluster_rules, namespaced_rules
+from orbitmq_operator.rbac import cluster_rules, namespaced_rules, uninstall_rules
 from orbitmq_operator.spec import K8S_NAME_PATTERN, ClusterSpec, ConsumerGroupSpec, TopicSpec
 
 Schema = dict[str, Any]
@@ -52,6 +52,7 @@ def rbac_rules() -> dict[str, Any]:
             "namespaced": namespaced_rules(),
             "cluster": cluster_rules(),
         },
+        "uninstallHook": uninstall_rules(),
     }
 
 
@@ -212,6 +213,12 @@ def values_schema() -> Schema:
                 "type": "array",
                 "items": _resource_item(structural_schema(ConsumerGroupSpec), "groupName"),
             },
+            "uninstall": _obj(
+                {
+                    "deleteResources": {"type": "boolean"},
+                    "timeoutSeconds": {"type": "integer", "minimum": 1},
+                }
+            ),
             "tests": _obj(
                 {
                     "enabled": {"type": "boolean"},

@@ -80,6 +80,17 @@ def namespaced_rules(*, clusterwide: bool = False) -> list[Rule]:
     return rules
 
 
+def uninstall_rules() -> list[Rule]:
+    """The chart's pre-delete hook (:mod:`orbitmq_operator.uninstall`), in the release's
+    namespace: it lists the release's resources, deletes them, and patches the operator's
+    finalizer away from one the operator did not release in time; it deletes the release's
+    ``helm test`` pods (Helm leaves test hooks behind)."""
+    return [
+        _rule(GROUP, list(PLURALS), ["list", "delete", "patch"]),
+        _rule("", ["pods"], ["list", "delete"]),
+    ]
+
+
 def cluster_rules(*, clusterwide: bool = False) -> list[Rule]:
     """The rules on cluster-scoped objects (a ClusterRole whatever is watched)."""
     rules = [_rule("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])]

@@ -25,6 +25,9 @@ from orbitmq.store.config import FlushMode
 
 GROUP = "orbitmq.io"
 VERSION = "v1alpha1"
+FINALIZER = f"{GROUP}/operator"
+"""The operator's finalizer on topics and consumer groups (their deletion removes them from the
+brokers first)."""
 API_VERSION = f"{GROUP}/{VERSION}"
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"

@@ -162,6 +162,9 @@ def test_install_upgrade_uninstall(chart_cluster: K8sCluster) -> None:
         'topics=[{"topicName": "Orders", "readQueues": 8, "writeQueues": 8}]',
         "--set-json",
         'consumerGroups=[{"groupName": "billing"}]',
+        # the operator and the uninstall hook's Job on the kwok node (kwok completes Job pods)
+        "--set-json",
+        'operator.tolerations=[{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]',
     ]
     k8s.helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, *values)
     installed = release_objects(k8s)
@@ -178,6 +181,7 @@ def test_install_upgrade_uninstall(chart_cluster: K8sCluster) -> None:
         "orbitmqcluster.orbitmq.io/prod",
         "orbitmqtopic.orbitmq.io/prod-orders",
         "orbitmqconsumergroup.orbitmq.io/prod-billing",
+        "clusterkopfpeering.kopf.dev/mq-operator",
     ):
         assert expected in installed
     before = deployment(k8s)

@@ -14,9 +14,8 @@ import kopf
 from lightkube import AsyncClient, KubeConfig
 
 from orbitmq_operator.config import OperatorConfig
-from orbitmq_operator.spec import GROUP
+from orbitmq_operator.spec import FINALIZER, GROUP
 
-FINALIZER = f"{GROUP}/operator"
 TICKING_TIMERS = ("Timer 'cluster_resync' succeeded.",)
 """Lines kopf logs at INFO each time a timer returns: the cluster timer ticks every 2 s and
 mostly finds nothing due (``handlers.clusters.resync_due``), which would flood the log."""

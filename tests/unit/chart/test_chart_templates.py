@@ -41,6 +41,8 @@ BUILTIN_KINDS = (
     "RoleBinding",
     "Deployment",
     "ConfigMap",
+    "Role",
+    "Job",
     "Pod",
 )
 """Built-in kinds the chart renders: no offline schema, validated by the API server in e2e."""
@@ -166,6 +168,9 @@ def crd_schemas(tmp_path_factory: pytest.TempPathFactory) -> Path:
             spec = crd["spec"]
             for version in spec["versions"]:
                 schema = _strict(version["schema"]["openAPIV3Schema"])
+                # what the API server adds to every object's root schema
+                for field, kind in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object")):
+                    schema.setdefault("properties", {}).setdefault(field, {"type": kind})
                 path = out / spec["group"] / f"{spec['names']['kind'].lower()}_{version['name']}.json"
                 path.parent.mkdir(exist_ok=True)
                 path.write_text(json.dumps(schema))
