@@ -1,6 +1,6 @@
 """Run the containers of Spark pods on kwok's fake node as host processes: the test plays the
 kubelet, so a SparkApplication runs for real (driver and executors, the entrypoint of
-``sparkkit.host_runtime_templates``) without the real node.
+``sparkopkit.host_runtime_templates``) without the real node.
 
 A pod's container is run as its spec says: its command and args, its environment (the
 downward-API fields a kubelet fills in: the pod IP as 127.0.0.1, the pod's name), its
@@ -10,7 +10,7 @@ What a pod would reach through the cluster network is pointed at the host instea
 (``HOST_OVERRIDES``): the driver's address (a Service name, no cluster DNS on the host) and the
 API server (``kubernetes.default.svc``).  The driver logs in with the kubeconfig it is given, as
 a pod would with its service account's token.  The exit status is reported back as the pod's
-status (``sparkkit.finish_driver``), as the kubelet would.
+status (``sparkopkit.finish_driver``), as the kubelet would.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sparkkit
+import sparkopkit
 from k8s_testbed_support import K8sCluster
 
 SPARK_PROPERTIES = "spark.properties"
@@ -110,7 +110,7 @@ def run_container(
     root = workdir / name
     mapping = materialize_volumes(k8s, namespace, pod, root / "volumes")
     if pod["metadata"]["labels"].get("spark-role") == "driver":
-        point_driver_at_host(mapping, sparkkit.api_server(k8s))
+        point_driver_at_host(mapping, sparkopkit.api_server(k8s))
     container = pod["spec"]["containers"][0]
     command = [*container["command"], *(_translate(arg, mapping) for arg in container.get("args", []))]
     env = {"PATH": os.environ["PATH"], "HOME": str(root), "KUBECONFIG": str(kubeconfig)}

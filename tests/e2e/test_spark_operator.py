@@ -6,10 +6,10 @@ What the shipped manifests rely on: the driver pod gets the manifest's image, ma
 arguments, resources, service account and labels; the application's state follows the driver
 (RUNNING, a failed driver rerun under ``restartPolicy: OnFailure``, COMPLETED); the CRD's
 schema refuses a malformed application; and upstream's chart RBAC alone cannot submit with
-Spark 4 (the extra Role the kit adds, see ``sparkkit.SUBMIT_EXTRA_RULES``).
+Spark 4 (the extra Role the kit adds, see ``sparkopkit.SUBMIT_EXTRA_RULES``).
 
 Where a driver only has to end, its end is reported the way a kubelet does
-(``sparkkit.finish_driver``: the pod's status), as kwok does for the pods of Jobs.  One test
+(``sparkopkit.finish_driver``: the pod's status), as kwok does for the pods of Jobs.  One test
 runs Spark for real: sparkhost runs the driver's and the executor's containers (as their pod
 specs say, through sparkapps/spark-entrypoint.sh) as host processes and reports the driver's
 real exit status.  The same templates on the real node (``info["real_node"]``: its image,
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import sparkhost
-import sparkkit
+import sparkopkit
 import yaml
 from k8s_testbed_support import E2E_TIMEOUT, CommandError, K8sCluster
 
@@ -40,11 +40,11 @@ APP = "orbitmq-lag-report"
 DRIVER_MEMORY = "896Mi"
 
 
-def lag_report_app(operator: sparkkit.SparkOperator, **spec: Any) -> dict[str, Any]:
+def lag_report_app(operator: sparkopkit.SparkOperator, **spec: Any) -> dict[str, Any]:
     """The example manifest in the operator's namespace, its driver under the chart's spark
     account, both pods let onto kwok's tainted node through templates (no webhook)."""
-    templates = sparkkit.kwok_templates()
-    return sparkkit.load_app(
+    templates = sparkopkit.kwok_templates()
+    return sparkopkit.load_app(
         LAG_REPORT,
         operator.namespace,
         driver={"serviceAccount": operator.spark_account, "template": templates["driver"]},
@@ -57,7 +57,7 @@ def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[st
     """The driver pod carries what the manifest asked for and the controller's labels."""
     spec = manifest["spec"]
     container = pod["spec"]["containers"][0]
-    assert container["name"] == sparkkit.DRIVER_CONTAINER
+    assert container["name"] == sparkopkit.DRIVER_CONTAINER
     assert container["image"] == spec["image"]
     # Spark's driver entrypoint, then the application and its arguments, in order.
     assert container["args"][0] == "driver"
@@ -68,7 +68,7 @@ def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[st
     assert container["resources"]["limits"] == {"cpu": spec["driver"]["coreLimit"], "memory": DRIVER_MEMORY}
     assert pod["spec"]["serviceAccountName"] == spec["driver"]["serviceAccount"]
     assert pod["spec"]["restartPolicy"] == "Never"  # reruns are the controller's, never the kubelet's
-    assert sparkkit.KWOK_TOLERATION in pod["spec"]["tolerations"]  # from driver.template
+    assert sparkopkit.KWOK_TOLERATION in pod["spec"]["tolerations"]  # from driver.template
     labels = pod["metadata"]["labels"]
     assert labels.items() >= spec["driver"]["labels"].items()
     assert (
@@ -89,35 +89,35 @@ def test_lag_report_runs_reruns_after_a_failed_driver_and_completes(
 ) -> None:
     """Applied -> driver pod as specified, RUNNING; the driver fails -> rerun (OnFailure) with a
     new submission; the second driver succeeds -> COMPLETED after two attempts."""
-    with sparkkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
+    with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
         manifest = lag_report_app(operator)
         k8s_cluster.apply(manifest)
-        app = sparkkit.wait_state(k8s_cluster, operator, APP, ("RUNNING",))
-        first = sparkkit.driver_pod(k8s_cluster, namespace, app)
+        app = sparkopkit.wait_state(k8s_cluster, operator, APP, ("RUNNING",))
+        first = sparkopkit.driver_pod(k8s_cluster, namespace, app)
         check_driver_pod(first, app, manifest)
         assert (app["status"]["submissionAttempts"], app["status"]["executionAttempts"]) == (1, 1)
-        printed = k8s_cluster.kubectl("get", f"sparkapplications.{sparkkit.GROUP}", APP, "-n", namespace)
+        printed = k8s_cluster.kubectl("get", f"sparkapplications.{sparkopkit.GROUP}", APP, "-n", namespace)
         assert "RUNNING" in printed.stdout  # the CRD's Status column
 
-        sparkkit.finish_driver(k8s_cluster, namespace, first, exit_code=1)
+        sparkopkit.finish_driver(k8s_cluster, namespace, first, exit_code=1)
 
         def rerun() -> bool:
-            current = sparkkit.get_app(k8s_cluster, namespace, APP)
+            current = sparkopkit.get_app(k8s_cluster, namespace, APP)
             return (
-                current["status"].get("executionAttempts") == 2 and sparkkit.app_state(current) == "RUNNING"
+                current["status"].get("executionAttempts") == 2 and sparkopkit.app_state(current) == "RUNNING"
             )
 
         k8s_cluster.wait_for(f"{APP} rerun after the failed driver", rerun, timeout=120)
-        app = sparkkit.get_app(k8s_cluster, namespace, APP)
-        second = sparkkit.driver_pod(k8s_cluster, namespace, app)
+        app = sparkopkit.get_app(k8s_cluster, namespace, APP)
+        second = sparkopkit.driver_pod(k8s_cluster, namespace, app)
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
         assert (
             app["status"]["submissionID"] != first["metadata"]["labels"]["sparkoperator.k8s.io/submission-id"]
         )
         check_driver_pod(second, app, manifest)
 
-        sparkkit.finish_driver(k8s_cluster, namespace, second, exit_code=0)
-        done = sparkkit.wait_state(k8s_cluster, operator, APP, ("COMPLETED",))
+        sparkopkit.finish_driver(k8s_cluster, namespace, second, exit_code=0)
+        done = sparkopkit.wait_state(k8s_cluster, operator, APP, ("COMPLETED",))
         assert done["status"]["executionAttempts"] == 2
         assert done["status"]["terminationTime"]
         events = k8s_cluster.get_json(
@@ -135,8 +135,8 @@ def test_lag_report_runs_reruns_after_a_failed_driver_and_completes(
 
 def test_malformed_spark_application_refused_by_the_crd(k8s_cluster: K8sCluster, namespace: str) -> None:
     """The CRD's schema refuses what the controller could not run, naming each field."""
-    sparkkit.install_crds(k8s_cluster)
-    app = sparkkit.load_app(LAG_REPORT, namespace)
+    sparkopkit.install_crds(k8s_cluster)
+    app = sparkopkit.load_app(LAG_REPORT, namespace)
     spec = app["spec"]
     spec["type"] = "Pyhton"
     spec["mode"] = "detached"
@@ -157,7 +157,7 @@ def test_malformed_spark_application_refused_by_the_crd(k8s_cluster: K8sCluster,
         "spec.mainApplicationFile: Required value",
     ):
         assert needle in message, f"{needle!r} not in:\n{message}"
-    listed = k8s_cluster.get_json(f"sparkapplications.{sparkkit.GROUP}", "-n", namespace)
+    listed = k8s_cluster.get_json(f"sparkapplications.{sparkopkit.GROUP}", "-n", namespace)
     assert listed["items"] == []
 
 
@@ -168,9 +168,9 @@ def test_chart_rbac_alone_cannot_submit_with_spark_4(
     Spark 4's spark-submit also applies a NetworkPolicy: with the chart's RBAC alone the
     submission is refused, which is why the kit (and a cluster install) adds SUBMIT_EXTRA_RULES.
     When this starts passing submissions, the chart has caught up and the extra Role can go."""
-    with sparkkit.running_spark_operator(k8s_cluster, namespace, tmp_path, extra_rbac=False) as operator:
+    with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path, extra_rbac=False) as operator:
         k8s_cluster.apply(lag_report_app(operator, restartPolicy={"type": "Never"}))
-        app = sparkkit.wait_state(k8s_cluster, operator, APP, ("SUBMISSION_FAILED", "FAILED"))
+        app = sparkopkit.wait_state(k8s_cluster, operator, APP, ("SUBMISSION_FAILED", "FAILED"))
         error = app["status"]["applicationState"].get("errorMessage", "")
         assert "networkpolicies" in error and "forbidden" in error, json.dumps(app["status"], indent=1)
         # spark-submit deletes the driver pod it made before the refusal.
@@ -184,20 +184,20 @@ def test_driver_entrypoint_runs_a_pyspark_app_and_passes_on_its_exit(tmp_path: P
     """spark-entrypoint.sh's driver branch, as a driver pod runs it (``driver`` + what
     spark-submit put in the pod's args), here with a local master: the app's output and exit
     status are the process's, which the kubelet reports as the driver's end."""
-    home = sparkkit.spark_home()
+    home = sparkopkit.spark_home()
     env = {
         **os.environ,
         "SPARK_HOME": str(home),
-        "JAVA_HOME": str(sparkkit.java_home()),
+        "JAVA_HOME": str(sparkopkit.java_home()),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1",
         "HOME": str(tmp_path),
     }
-    job = sparkkit.SPARKAPPS / "count_job.py"
+    job = sparkopkit.SPARKAPPS / "count_job.py"
     args = ["--master", "local[1]", "--conf", "spark.ui.enabled=false"]
     args += ["--class", "org.apache.spark.deploy.PythonRunner", f"local://{job}"]
     run = subprocess.run(
-        ["bash", str(sparkkit.ENTRYPOINT), "driver", *args, "--rows", "42", "--exit-code", "3"],
+        ["bash", str(sparkopkit.ENTRYPOINT), "driver", *args, "--rows", "42", "--exit-code", "3"],
         env=env,
         capture_output=True,
         text=True,
@@ -207,7 +207,7 @@ def test_driver_entrypoint_runs_a_pyspark_app_and_passes_on_its_exit(tmp_path: P
     assert run.returncode == 3, run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {"counted": 42, "master": "local[1]"}
     bad = subprocess.run(
-        ["bash", str(sparkkit.ENTRYPOINT), "launcher"], env=env, capture_output=True, text=True, check=False
+        ["bash", str(sparkopkit.ENTRYPOINT), "launcher"], env=env, capture_output=True, text=True, check=False
     )
     assert bad.returncode == 64
     assert "unknown role 'launcher' (expected driver or executor)" in bad.stderr
@@ -219,18 +219,20 @@ def test_host_runtime_templates_reach_the_driver_and_executor_specs(
     """What a real-node run relies on, checked on kwok: the templates' command (the entrypoint),
     environment and host mounts end up in the driver pod, and in the executor template the
     driver will create its executors from."""
-    host_mounts = [str(sparkkit.SPARKAPPS.parents[2])]  # the repository (with .venv), as the real node's
-    templates = sparkkit.host_runtime_templates(
-        host_mounts, sys.executable, tolerations=[sparkkit.KWOK_TOLERATION]
+    host_mounts = [str(sparkopkit.SPARKAPPS.parents[2])]  # the repository (with .venv), as the real node's
+    templates = sparkopkit.host_runtime_templates(
+        host_mounts, sys.executable, tolerations=[sparkopkit.KWOK_TOLERATION]
     )
-    with sparkkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
-        app = sparkkit.count_job_app(namespace, "count", "host-python:e2e", templates, operator.spark_account)
+    with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
+        app = sparkopkit.count_job_app(
+            namespace, "count", "host-python:e2e", templates, operator.spark_account
+        )
         k8s_cluster.apply(app)
-        found = sparkkit.wait_state(k8s_cluster, operator, "count", ("RUNNING",))
-        pod = sparkkit.driver_pod(k8s_cluster, namespace, found)
+        found = sparkopkit.wait_state(k8s_cluster, operator, "count", ("RUNNING",))
+        pod = sparkopkit.driver_pod(k8s_cluster, namespace, found)
         wanted = templates["driver"]["spec"]
         container = pod["spec"]["containers"][0]
-        assert container["command"] == ["/bin/bash", str(sparkkit.ENTRYPOINT)]
+        assert container["command"] == ["/bin/bash", str(sparkopkit.ENTRYPOINT)]
         assert container["args"][-4:] == ["--rows", "1000", "--exit-code", "0"]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env.items() >= {e["name"]: e["value"] for e in wanted["containers"][0]["env"]}.items()
@@ -246,8 +248,8 @@ def test_host_runtime_templates_reach_the_driver_and_executor_specs(
         data = k8s_cluster.get_json("configmap", config_map, "-n", namespace)["data"]
         executor = yaml.safe_load(next(iter(data.values())))
         executor_container = executor["spec"]["containers"][0]
-        assert executor_container["name"] == sparkkit.EXECUTOR_CONTAINER
-        assert executor_container["command"] == ["/bin/bash", str(sparkkit.ENTRYPOINT)]
+        assert executor_container["name"] == sparkopkit.EXECUTOR_CONTAINER
+        assert executor_container["command"] == ["/bin/bash", str(sparkopkit.ENTRYPOINT)]
         assert executor["spec"]["volumes"] == templates["executor"]["spec"]["volumes"]
 
 
@@ -258,17 +260,19 @@ def test_count_job_runs_for_real_and_completes(
     container runs (on the host: sparkhost plays the kubelet) and asks the API server for an
     executor pod, whose container runs and does the counting; the driver exits 0 and the
     application is COMPLETED; the driver has deleted its executor pod."""
-    repo = str(sparkkit.SPARKAPPS.parents[2])
-    templates = sparkkit.host_runtime_templates(
-        [repo], sys.executable, tolerations=[sparkkit.KWOK_TOLERATION]
+    repo = str(sparkopkit.SPARKAPPS.parents[2])
+    templates = sparkopkit.host_runtime_templates(
+        [repo], sys.executable, tolerations=[sparkopkit.KWOK_TOLERATION]
     )
-    with sparkkit.running_spark_operator(k8s_cluster, namespace, tmp_path / "operator") as operator:
-        app = sparkkit.count_job_app(namespace, "count", "host-python:e2e", templates, operator.spark_account)
+    with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path / "operator") as operator:
+        app = sparkopkit.count_job_app(
+            namespace, "count", "host-python:e2e", templates, operator.spark_account
+        )
         k8s_cluster.apply(app)
-        found = sparkkit.wait_state(k8s_cluster, operator, "count", ("RUNNING",))
-        driver_pod = sparkkit.driver_pod(k8s_cluster, namespace, found)
+        found = sparkopkit.wait_state(k8s_cluster, operator, "count", ("RUNNING",))
+        driver_pod = sparkopkit.driver_pod(k8s_cluster, namespace, found)
         # The driver's identity: the chart's spark account (executor pods, their config maps).
-        kubeconfig = sparkkit.token_kubeconfig(
+        kubeconfig = sparkopkit.token_kubeconfig(
             k8s_cluster, namespace, operator.spark_account, tmp_path / "spark.kubeconfig"
         )
 
@@ -290,10 +294,10 @@ def test_count_job_runs_for_real_and_completes(
                 executor.proc.wait(timeout=60)
         summary = [line for line in driver.output().splitlines() if line.startswith('{"counted"')]
         assert [json.loads(line) for line in summary] == [
-            {"counted": 1000, "master": f"k8s://{sparkkit.api_server(k8s_cluster)}"}
+            {"counted": 1000, "master": f"k8s://{sparkopkit.api_server(k8s_cluster)}"}
         ]
         assert "Finished task" in executor.output()  # the executor, not the driver, counted
-        sparkkit.finish_driver(k8s_cluster, namespace, driver_pod, exit_code)
-        done = sparkkit.wait_state(k8s_cluster, operator, "count", ("COMPLETED",))
+        sparkopkit.finish_driver(k8s_cluster, namespace, driver_pod, exit_code)
+        done = sparkopkit.wait_state(k8s_cluster, operator, "count", ("COMPLETED",))
         assert done["status"]["executionAttempts"] == 1
         k8s_cluster.wait_for("the executor pod deleted by the driver", lambda: not executor_pods())

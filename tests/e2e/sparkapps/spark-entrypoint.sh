@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The container entrypoint Spark's Kubernetes pods expect (Spark's own image has it as
 # /opt/entrypoint.sh; the test bed's host-Python image has none, so the pod templates of
-# sparkkit.host_runtime_templates set it as the container's command):
+# sparkopkit.host_runtime_templates set it as the container's command):
 #   driver ARGS...  spark-submit in client mode inside the driver pod (ARGS: the
 #                   --properties-file, --class and application spark-submit in cluster mode
 #                   put into the pod's args)
