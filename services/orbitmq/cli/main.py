@@ -167,6 +167,7 @@ def _register_commands() -> None:
     from orbitmq.cli.local import local
     from orbitmq.cli.namesrv import namesrv
     from orbitmq.cli.produce import produce
+    from orbitmq.cli.proxy import proxy
     from orbitmq.cli.sidecar import sidecar_command
 
     main.add_command(broker_command)
@@ -175,6 +176,7 @@ def _register_commands() -> None:
     main.add_command(local)
     main.add_command(namesrv)
     main.add_command(produce)
+    main.add_command(proxy)
     main.add_command(sidecar_command)
 
 

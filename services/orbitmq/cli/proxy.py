@@ -1,0 +1,46 @@
+"""``orbitmq proxy``: serve the Apache RocketMQ 5 protocol until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orbitmq.cli.common import settings_or_exit
+from orbitmq.cli.serve import serve
+from orbitmq.proxy.settings import ENV_PREFIX, ProxySettings
+
+SETTINGS_EXIT_CODE = 2
+"""Bad settings are a usage error (click's code for one), distinct from a crash (1)."""
+
+
+@click.command("proxy")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="YAML/JSON settings file (field names as in ProxySettings).",
+)
+@click.option("--listen", help="gRPC address of apache.rocketmq.v2.MessagingService, default 0.0.0.0:8081.")
+@click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:8082; '' disables.")
+@click.option(
+    "--namesrv", help="Name servers 'host:port;host:port' (default ORBITMQ_NAMESRV, then 127.0.0.1:9876)."
+)
+@click.option("--advertise", help="host:port put into routes when a client names no access point.")
+def proxy(config_file: Path | None, **flags: object) -> None:
+    """Run a proxy: the official Apache RocketMQ 5 clients connect here (their endpoint).
+
+    Settings come from --config, then ORBITMQ_PROXY_<FIELD> environment variables, then flags.
+    """
+    from orbitmq.proxy.server import run
+
+    try:
+        settings = settings_or_exit(ProxySettings, config_file, ENV_PREFIX, flags)
+    except click.ClickException as error:
+        error.exit_code = SETTINGS_EXIT_CODE
+        raise
+    serve("proxy", run(settings))
+
+
+if __name__ == "__main__":
+    proxy()

@@ -1,0 +1,120 @@
+"""The ``orbitmq proxy`` process: ``apache.rocketmq.v2.MessagingService`` with health, /metrics.
+
+Stateless (see :mod:`orbitmq.proxy` for why it is a separate process): it holds orbitmq's own
+producer for sends, the transaction bridge, and the registry of connected v2 clients; a restart
+loses nothing but open streams, which the clients reopen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from orbitmq.client.channels import Channels
+from orbitmq.client.producer import Producer
+from orbitmq.common.server import GrpcServer
+from orbitmq.proxy.clients import ClientRegistry
+from orbitmq.proxy.servicer import MessagingService
+from orbitmq.proxy.settings import ProxySettings
+from orbitmq.proxy.transactions import Transactions
+from orbitmq.rocketmq_v2 import service_pb2, service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["MessagingService"].full_name
+PRODUCER_GROUP = "%V2%proxy"
+"""The orbitmq producer group of non-transactional sends (v2 producers have no group)."""
+
+
+class Proxy:
+    """Serves the v2 protocol over the cluster whose name servers ``settings.namesrv`` names.
+
+    Args:
+        settings: listen addresses, name servers, send budget, limits (:class:`ProxySettings`).
+    """
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.grpc = GrpcServer("proxy", settings.listen, metrics_listen=settings.metrics_listen)
+        self.channels = Channels(settings.namesrv)
+        self.clients = ClientRegistry()
+        self.producer = Producer(
+            PRODUCER_GROUP,
+            self.channels.namesrv_addrs,
+            send_timeout_ms=settings.send_timeout_ms,
+            default_topic_queue_nums=settings.default_topic_queue_nums,
+        )
+        self.transactions = Transactions(settings, self.channels, self.clients)
+        self._started = False
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        """The bound gRPC address (127.0.0.1 when listening on every interface)."""
+        return self.grpc.address
+
+    async def start(self) -> None:
+        """Bind, serve, start the producer and the transaction bridge; raises ListenError."""
+        if self._started:
+            return
+        self._started = True
+        self.grpc.bind()
+        servicer = MessagingService(
+            self.settings,
+            self.channels,
+            self.producer,
+            self.transactions,
+            self.clients,
+            self.settings.advertise or self.address,
+        )
+        self.grpc.add_service(
+            SERVICE_NAME, lambda s: service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, s)
+        )
+        try:
+            await self.producer.start()
+            await self.transactions.start()
+            await self.grpc.start()
+        except BaseException:
+            await self.close()
+            raise
+        log.info(
+            "proxy on %s serves %s for name servers %s",
+            self.address,
+            SERVICE_NAME,
+            self.channels.namesrv_addrs,
+        )
+
+    async def close(self) -> None:
+        """Health NOT_SERVING, in-flight calls get ``grace_ms``, then stop; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            await self.grpc.stop(self.settings.grace_ms / 1000)
+        await self.transactions.close()
+        await self.producer.close()
+        await self.channels.close()
+
+
+async def run(settings: ProxySettings) -> None:
+    """Run a proxy until SIGTERM or SIGINT; prints ``proxy listening on ADDR metrics URL`` once
+    serving (the local supervisor and tests read the bound address from it)."""
+    proxy = Proxy(settings)
+    await proxy.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        print(
+            f"proxy listening on {proxy.address} metrics {proxy.grpc.metrics_url or 'disabled'}", flush=True
+        )
+        await stop.wait()
+        log.info("proxy stopping (grace %s ms)", settings.grace_ms)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await proxy.close()
+        print("proxy stopped", file=sys.stderr, flush=True)

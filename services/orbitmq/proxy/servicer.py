@@ -1,0 +1,336 @@
+"""``apache.rocketmq.v2.MessagingService`` served over an orbitmq cluster.
+
+Every RPC answers with a ``Status`` in its response, never a bare gRPC error and never silence:
+an orbitmq failure is translated by :mod:`orbitmq.proxy.codes`, a request the protocol forbids
+gets the protocol's code and a message naming the value and the rule, and an RPC orbitmq does
+not serve yet answers ``NOT_IMPLEMENTED`` at once (a streaming one with one such frame).
+Producers are complete: QueryRoute, Heartbeat, Telemetry (settings; check-backs pushed),
+SendMessage (normal, FIFO, delayed, transactional), EndTransaction, NotifyClientTermination.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from orbitmq.client.channels import Channels
+from orbitmq.client.message import SendResult, SendStatus
+from orbitmq.client.producer import Producer
+from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.common.topics import parse_delay_levels
+from orbitmq.proxy import codes, convert, routes
+from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry
+from orbitmq.proxy.convert import Refused
+from orbitmq.proxy.settings import ProxySettings
+from orbitmq.proxy.transactions import Transactions
+from orbitmq.rocketmq_v2 import definition_pb2 as v2
+from orbitmq.rocketmq_v2 import service_pb2 as pb
+from orbitmq.rocketmq_v2 import service_pb2_grpc
+from orbitmq.v1 import broker_pb2, nameserver_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+NAMESPACE_HEADER = "x-mq-namespace"
+DEADLINE_MARGIN_MS = 200
+"""Kept back from the client's deadline so the proxy's answer arrives before the client gives up."""
+PRODUCER_MAX_ATTEMPTS = 3
+"""What RocketMQ's proxy tells producers: three attempts, 10 ms doubling up to 1 s between them."""
+CONSUMER_TYPES = frozenset({v2.PUSH_CONSUMER, v2.SIMPLE_CONSUMER, v2.PULL_CONSUMER})
+POP_LATER = (
+    "POP consumption (ReceiveMessage, acks, invisibility) is being built; consume with orbitmq's client"
+)
+
+
+def answers(
+    response: Callable[..., R],
+) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Turn any failure of a unary RPC into ``response(status=...)`` (see the module docstring)."""
+
+    def decorate(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        @functools.wraps(handler)
+        async def run(self: MessagingService, request: Any, context: grpc.aio.ServicerContext) -> R:
+            try:
+                return await handler(self, request, context)
+            except Exception as error:
+                return response(status=_failure_status(handler.__name__, error))
+
+        return run
+
+    return decorate
+
+
+def _failure_status(rpc: str, error: BaseException) -> v2.Status:
+    try:
+        return codes.status_of(error)
+    except Exception:
+        log.exception("v2 %s failed", rpc)
+        return codes.status(v2.INTERNAL_SERVER_ERROR, f"{rpc} failed in the proxy: {error!r}")
+
+
+def _header(context: grpc.aio.ServicerContext, name: str) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == name:
+            return value if isinstance(value, str) else value.decode()
+    return ""
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    client_id = _header(context, CLIENT_ID_HEADER)
+    if not client_id:
+        raise Refused(v2.CLIENT_ID_REQUIRED, f"the request must carry the {CLIENT_ID_HEADER} header")
+    return client_id
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(
+        self,
+        settings: ProxySettings,
+        channels: Channels,
+        producer: Producer,
+        transactions: Transactions,
+        clients: ClientRegistry,
+        advertised: str,
+    ) -> None:
+        self._settings = settings
+        self._producer = producer
+        self._channels = channels
+        self._transactions = transactions
+        self._clients = clients
+        self._advertised = routes.endpoints_of(advertised)
+        self._delay_levels_ms = parse_delay_levels(settings.delay_levels)
+
+    # -- routes and clients --------------------------------------------------------------------
+
+    @answers(pb.QueryRouteResponse)
+    async def QueryRoute(self, request: pb.QueryRouteRequest, context: grpc.aio.ServicerContext) -> Any:
+        topic = convert.topic_of(request.topic)
+        endpoints = request.endpoints if request.endpoints.addresses else self._advertised
+        try:
+            route = await self._channels.namesrv_call(
+                "QueryRoute", nameserver_pb2.QueryRouteRequest(topic=topic)
+            )
+        except grpc.aio.AioRpcError as error:
+            failure = failure_of(error)
+            if failure is None or failure.reason != ErrorReason.TOPIC_NOT_EXIST or self._is_consumer(context):
+                raise
+            queues = await self._new_topic_queues(request.topic, endpoints)
+        else:
+            queues = routes.message_queues(route, request.topic, endpoints, convert.ALL_TYPES)  # type: ignore[arg-type]
+        if not queues:
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE, f"no master of topic {topic}'s brokers is registered"
+            )
+        return pb.QueryRouteResponse(status=codes.OK, message_queues=queues)
+
+    def _is_consumer(self, context: grpc.aio.ServicerContext) -> bool:
+        info = self._clients.get(_header(context, CLIENT_ID_HEADER))
+        return info is not None and info.client_type in CONSUMER_TYPES
+
+    async def _new_topic_queues(self, topic: v2.Resource, endpoints: v2.Endpoints) -> list[v2.MessageQueue]:
+        """A topic no broker has yet: producers may send, and the first send creates it."""
+        info = await self._channels.namesrv_call("GetClusterInfo", nameserver_pb2.GetClusterInfoRequest())
+        masters = [n for n, d in info.broker_addr_table.items() if routes.MASTER_ID in d.broker_addrs]  # type: ignore[attr-defined]
+        return routes.new_topic_queues(
+            masters, self._settings.default_topic_queue_nums, topic, endpoints, convert.ALL_TYPES
+        )
+
+    @answers(pb.HeartbeatResponse)
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> Any:
+        _client_id(context)
+        if request.client_type not in (v2.PRODUCER, *CONSUMER_TYPES):
+            raise Refused(
+                v2.UNRECOGNIZED_CLIENT_TYPE, f"client type {request.client_type} is not one orbitmq serves"
+            )
+        return pb.HeartbeatResponse(status=codes.OK)
+
+    @answers(pb.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self._clients.forget(_client_id(context))
+        return pb.NotifyClientTerminationResponse(status=codes.OK)
+
+    async def Telemetry(
+        self, requests: AsyncIterator[pb.TelemetryCommand], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.TelemetryCommand]:
+        """Answer each settings command with the server's settings; push commands (check-backs)
+        queued for this client; stay open until the client closes the stream."""
+        client_id = _header(context, CLIENT_ID_HEADER)
+        if not client_id:
+            yield pb.TelemetryCommand(
+                status=codes.status(v2.CLIENT_ID_REQUIRED, f"telemetry needs {CLIENT_ID_HEADER}")
+            )
+            return
+        stream = self._clients.open_stream(client_id)
+        namespace = _header(context, NAMESPACE_HEADER)
+
+        async def read() -> None:
+            async for command in requests:
+                if command.HasField("settings"):
+                    stream.push(self._settings_reply(client_id, namespace, command.settings))
+
+        reader = asyncio.get_running_loop().create_task(read(), name=f"telemetry-read:{client_id}")
+        try:
+            while not reader.done():
+                getter = asyncio.ensure_future(stream.commands.get())
+                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            if reader.exception() is not None and not isinstance(reader.exception(), grpc.aio.AioRpcError):
+                log.warning("telemetry stream of %s ended: %r", client_id, reader.exception())
+        finally:
+            reader.cancel()
+            self._clients.close_stream(stream)
+
+    def _settings_reply(self, client_id: str, namespace: str, settings: v2.Settings) -> pb.TelemetryCommand:
+        kind = settings.client_type
+        if kind not in (v2.PRODUCER, *CONSUMER_TYPES):
+            return pb.TelemetryCommand(
+                status=codes.status(
+                    v2.UNRECOGNIZED_CLIENT_TYPE, f"client type {kind} is not one orbitmq serves"
+                )
+            )
+        reply = v2.Settings()
+        reply.CopyFrom(settings)
+        if kind == v2.PRODUCER:
+            topics = {convert.real_name(t) for t in settings.publishing.topics}
+            self._clients.describe(client_id, kind, namespace, topics)
+            self._transactions.serve(topics)
+            reply.publishing.max_body_size = self._settings.max_body_bytes
+            reply.publishing.validate_message_type = True
+            policy = reply.backoff_policy
+            policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            policy.exponential_backoff.initial.FromMilliseconds(10)
+            policy.exponential_backoff.max.FromMilliseconds(1_000)
+            policy.exponential_backoff.multiplier = 2
+        else:
+            self._clients.describe(client_id, kind, namespace, set())
+            policy = reply.backoff_policy
+            policy.max_attempts = 17  # 16 redeliveries, as orbitmq's maxReconsumeTimes
+            for level_ms in self._delay_levels_ms[2:]:
+                policy.customized_backoff.next.add().FromMilliseconds(level_ms)
+        return pb.TelemetryCommand(status=codes.OK, settings=reply)
+
+    # -- producers -----------------------------------------------------------------------------
+
+    @answers(pb.SendMessageResponse)
+    async def SendMessage(self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext) -> Any:
+        if not request.messages:
+            raise Refused(v2.BAD_REQUEST, "a send must carry at least one message")
+        now_ms = int(time.time() * 1000)
+        outs = [
+            convert.outbound(m, now_ms, self._delay_levels_ms, self._settings.max_body_bytes)
+            for m in request.messages
+        ]
+        budget_ms = self._budget_ms(context)
+        if len(outs) > 1:
+            return await self._send_batch(outs)
+        out = outs[0]
+        transaction_id = ""
+        if out.message_type == v2.TRANSACTION:
+            client_id = _header(context, CLIENT_ID_HEADER)
+            self._clients.publishes(client_id, out.message.topic)
+            result, ref = await self._transactions.send_half(out, budget_ms)
+            transaction_id = ref.encode()
+        else:
+            result = await self._producer.send(
+                out.message, sharding_key=out.sharding_key, timeout_ms=budget_ms
+            )
+        entry = _entry(result, out.message_id, result.queue_offset, transaction_id)
+        return pb.SendMessageResponse(status=entry.status, entries=[entry])
+
+    async def _send_batch(self, outs: list[convert.Outbound]) -> pb.SendMessageResponse:
+        topics = {o.message.topic for o in outs}
+        if len(topics) > 1 or any(o.message_type != v2.NORMAL for o in outs):
+            raise Refused(
+                v2.BAD_REQUEST,
+                f"a batch may hold only NORMAL messages of one topic (got topics {sorted(topics)})",
+            )
+        result = await self._producer.send_batch([o.message for o in outs])
+        entries = [_entry(result, o.message_id, result.queue_offset + i, "") for i, o in enumerate(outs)]
+        return pb.SendMessageResponse(status=entries[0].status, entries=entries)
+
+    def _budget_ms(self, context: grpc.aio.ServicerContext) -> int:
+        remaining = context.time_remaining()
+        budget = self._settings.send_timeout_ms
+        if remaining is not None:
+            budget = min(budget, int(remaining * 1000) - DEADLINE_MARGIN_MS)
+        return max(budget, 100)
+
+    @answers(pb.EndTransactionResponse)
+    async def EndTransaction(
+        self, request: pb.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        topic = convert.topic_of(request.topic)
+        from_check = request.source == v2.SOURCE_SERVER_CHECK
+        try:
+            await self._transactions.end(topic, request.transaction_id, request.resolution, from_check)
+        except grpc.aio.AioRpcError as error:
+            failure = failure_of(error)
+            if failure is None or failure.reason != ErrorReason.INVALID_OFFSET:
+                raise
+            raise Refused(
+                v2.INVALID_TRANSACTION_ID,
+                f"transaction {request.transaction_id!r} of message {request.message_id}: {failure.message}",
+            ) from None
+        return pb.EndTransactionResponse(status=codes.OK)
+
+    # -- not served yet ------------------------------------------------------------------------
+
+    async def QueryAssignment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.QueryAssignmentResponse(status=codes.not_implemented("QueryAssignment", POP_LATER))
+
+    async def ReceiveMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        yield pb.ReceiveMessageResponse(status=codes.not_implemented("ReceiveMessage", POP_LATER))
+
+    async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.AckMessageResponse(status=codes.not_implemented("AckMessage", POP_LATER))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        status = codes.not_implemented("ForwardMessageToDeadLetterQueue", POP_LATER)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        status = codes.not_implemented("ChangeInvisibleDuration", POP_LATER)
+        return pb.ChangeInvisibleDurationResponse(status=status)
+
+    async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        yield pb.PullMessageResponse(status=codes.not_implemented("PullMessage", POP_LATER))
+
+    async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.UpdateOffsetResponse(status=codes.not_implemented("UpdateOffset", POP_LATER))
+
+    async def GetOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.GetOffsetResponse(status=codes.not_implemented("GetOffset", POP_LATER))
+
+    async def QueryOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.QueryOffsetResponse(status=codes.not_implemented("QueryOffset", POP_LATER))
+
+    async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        why = "delayed messages wait in delay levels, which cannot take one message back"
+        return pb.RecallMessageResponse(status=codes.not_implemented("RecallMessage", why))
+
+    async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        why = "lite topics are not part of orbitmq"
+        return pb.SyncLiteSubscriptionResponse(status=codes.not_implemented("SyncLiteSubscription", why))
+
+
+def _entry(result: SendResult, message_id: str, offset: int, transaction_id: str) -> pb.SendResultEntry:
+    wire = broker_pb2.SendStatus.Value(result.status.value)
+    code = codes.SEND_STATUS_CODES.get(wire, v2.INTERNAL_SERVER_ERROR)
+    text = (
+        "OK"
+        if result.status is SendStatus.SEND_OK
+        else f"stored on {result.broker_name}, but {result.status.value}"
+    )
+    return pb.SendResultEntry(
+        status=codes.status(code, text), message_id=message_id, transaction_id=transaction_id, offset=offset
+    )

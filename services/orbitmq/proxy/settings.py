@@ -1,0 +1,71 @@
+"""Typed proxy settings, loaded by :func:`orbitmq.common.settings.load_settings`.
+
+Sources, later winning field by field: a YAML/JSON file (``--config``), environment variables
+``ORBITMQ_PROXY_<FIELD>`` (e.g. ``ORBITMQ_PROXY_LISTEN``), then command-line flags.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orbitmq.client.channels import parse_addresses
+from orbitmq.common.server import split_host_port
+from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
+
+ENV_PREFIX = "ORBITMQ_PROXY_"
+MIB = 1024 * 1024
+
+
+class ProxySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listen: str = "0.0.0.0:8081"
+    """gRPC address of ``apache.rocketmq.v2.MessagingService`` (RocketMQ 5 proxy's gRPC port)."""
+    metrics_listen: str | None = "0.0.0.0:8082"
+    """Prometheus /metrics HTTP address; None or empty disables it."""
+    namesrv: str | None = None
+    """Name servers ``host:port;host:port``; None reads ``ORBITMQ_NAMESRV``, then 127.0.0.1:9876."""
+    advertise: str | None = None
+    """``host:port`` put into routes when a client's QueryRoute names no access point (clients
+    normally do, and then get back the address they used, which works behind a Service)."""
+    send_timeout_ms: int = Field(default=10_000, ge=100)
+    """Budget of one send through orbitmq's producer (retries on re-fetched routes included),
+    cut to the client's own deadline when that is shorter (the Python client's default is 3 s)."""
+    max_body_bytes: int = Field(default=4 * MIB, ge=1)
+    """Largest message body, told to clients in their settings (the brokers' default 4 MiB)."""
+    default_topic_queue_nums: int = Field(default=4, ge=1)
+    """Queues per broker of a topic that the first send creates (as orbitmq's producer)."""
+    delay_levels: str = DELAY_LEVELS
+    """The brokers' delay levels: a delivery timestamp maps to the shortest level not shorter
+    than the time left, so this must equal the brokers' ``delay_levels``."""
+    heartbeat_ms: int = Field(default=30_000, ge=10)
+    """How often the proxy heartbeats its transaction producer groups to every master."""
+    grace_ms: int = Field(default=5_000, ge=0)
+    """On SIGTERM, how long in-flight calls may finish after health turns NOT_SERVING."""
+
+    @field_validator("listen", "advertise")
+    @classmethod
+    def _check_address(cls, value: str | None) -> str | None:
+        if value:
+            split_host_port(value)
+        return value or None
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_metrics_listen(cls, value: str | None) -> str | None:
+        if value:
+            split_host_port(value)
+        return value or None
+
+    @field_validator("namesrv")
+    @classmethod
+    def _check_namesrv(cls, value: str | None) -> str | None:
+        if value:
+            parse_addresses(value)
+        return value or None
+
+    @field_validator("delay_levels")
+    @classmethod
+    def _check_delay_levels(cls, value: str) -> str:
+        parse_delay_levels(value)
+        return value

@@ -1,0 +1,141 @@
+"""A real orbitmq cluster behind an ``orbitmq proxy``, and the official Apache RocketMQ 5 Python
+client (``rocketmq-python-client``) talking to it.
+
+The cluster (name server, broker) and the proxy run on the test's event loop; the official
+client is synchronous (its own I/O thread), so every call into it goes through
+``asyncio.to_thread`` and the loop keeps serving. The client writes its log under
+``$HOME/logs/rocketmq_python`` when imported: HOME points at a temporary directory for that import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
+from brokerkit import RunningBroker, start_broker, stop_broker
+
+from orbitmq.client.pull_consumer import PullConsumer, PullStatus
+from orbitmq.nameserver.server import NameServer
+from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.proxy.server import Proxy
+from orbitmq.proxy.settings import ProxySettings
+from orbitmq.store.record import StoredMessage
+
+CLIENT_LOG_HOME = Path(tempfile.gettempdir()) / "orbitmq-rocketmq-python-client"
+_home = os.environ.get("HOME")
+os.environ["HOME"] = str(CLIENT_LOG_HOME)
+try:
+    from rocketmq.grpc_protocol import TransactionResolution
+    from rocketmq.v5.client import ClientConfiguration, Credentials
+    from rocketmq.v5.model import Message
+    from rocketmq.v5.producer import Producer, TransactionChecker
+finally:
+    if _home is None:
+        del os.environ["HOME"]
+    else:
+        os.environ["HOME"] = _home
+
+__all__ = ["Message", "TransactionResolution", "V2Cluster", "official_producer", "v2_cluster"]
+
+
+@dataclass
+class V2Cluster:
+    namesrv: NameServer
+    broker: RunningBroker
+    proxy: Proxy
+
+    @property
+    def endpoint(self) -> str:
+        """What a RocketMQ 5 application is configured with: the proxy's address."""
+        return self.proxy.address
+
+    async def receive(self, topic: str, count: int, within_s: float = 20.0) -> list[StoredMessage]:
+        """``count`` messages of ``topic`` read with orbitmq's own pull consumer (every queue
+        from offset 0), in queue order; fails after ``within_s`` with what arrived so far."""
+        async with PullConsumer("v2-check", self.namesrv.address) as consumer:
+            received: dict[tuple[str, int], list[StoredMessage]] = {}
+            deadline = asyncio.get_running_loop().time() + within_s
+            while True:
+                with contextlib.suppress(Exception):
+                    for mq in await consumer.queues(topic, refresh=True):
+                        got = received.setdefault((mq.broker_name, mq.queue_id), [])
+                        result = await consumer.pull(mq, len(got), max_nums=256)
+                        if result.status is PullStatus.FOUND:
+                            got.extend(result.messages)
+                messages = [m for key in sorted(received) for m in received[key]]
+                if len(messages) >= count or asyncio.get_running_loop().time() > deadline:
+                    return messages
+                await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def v2_cluster(root: Path, **broker_overrides: Any) -> AsyncIterator[V2Cluster]:
+    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
+    await namesrv.start()
+    broker = await start_broker(
+        root / "broker-a", namesrv=namesrv.address, broker_name="broker-a", **broker_overrides
+    )
+    proxy = Proxy(
+        ProxySettings(listen="127.0.0.1:0", metrics_listen=None, namesrv=namesrv.address, grace_ms=200)
+    )
+    await proxy.start()
+    try:
+        yield V2Cluster(namesrv, broker, proxy)
+    finally:
+        await proxy.close()
+        await stop_broker(broker)
+        await namesrv.close()
+
+
+class Checker(TransactionChecker):
+    """Answers check-backs with a fixed resolution and records what it was asked about."""
+
+    def __init__(self, answer: int) -> None:
+        self.answer = answer
+        self.asked: list[Message] = []
+
+    def check(self, message: Message) -> int:
+        self.asked.append(message)
+        return self.answer
+
+
+@contextlib.asynccontextmanager
+async def official_producer(
+    endpoint: str, topics: list[str], checker: TransactionChecker | None = None
+) -> AsyncIterator[Producer]:
+    """The official client's producer, started (QueryRoute, Telemetry) and shut down in a thread."""
+    config = ClientConfiguration(endpoint, Credentials())
+    producer = Producer(config, topics, checker)
+    await asyncio.to_thread(producer.startup)
+    try:
+        yield producer
+    finally:
+        await asyncio.to_thread(producer.shutdown)
+
+
+def message(
+    topic: str, body: bytes, *, tag: str | None = None, keys: tuple[str, ...] = (), **props: str
+) -> Message:
+    built = Message()
+    built.topic = topic
+    built.body = body
+    if tag is not None:
+        built.tag = tag
+    for key in keys:
+        built.keys = key
+    for name, value in props.items():
+        built.add_property(name, value)
+    return built
+
+
+async def call(function: Callable[..., Any], *args: Any) -> Any:
+    """Call the official client (blocking) off the event loop."""
+    return await asyncio.to_thread(function, *args)
