@@ -1,0 +1,148 @@
+"""Pure translation between apache.rocketmq.v2 and orbitmq: delay levels, transaction ids,
+message properties, queue permissions."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from orbitmq.common.topics import DELAY_LEVELS_MS
+from orbitmq.proxy import convert, routes
+from orbitmq.proxy.convert import Refused, TransactionRef
+from orbitmq.rocketmq_v2 import definition_pb2 as v2
+from orbitmq.v1 import common_pb2
+
+NOW_MS = 1_700_000_000_000
+LIMIT = 4 * 1024 * 1024
+
+
+def _message(**system: object) -> v2.Message:
+    message = v2.Message(topic=v2.Resource(name="T"), body=system.pop("body", b"body"))  # type: ignore[arg-type]
+    message.system_properties.message_id = "01ID"
+    for name, value in system.items():
+        setattr(message.system_properties, name, value)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "level"),
+    [(-5, 0), (0, 0), (1, 1), (1_000, 1), (1_001, 2), (45_000, 5), (60_000, 5), (7_200_000, 18)],
+)
+def test_delivery_timestamp_maps_to_the_shortest_level_not_shorter_than_the_time_left(
+    delay_ms: int, level: int
+) -> None:
+    assert convert.delay_level_for(delay_ms, DELAY_LEVELS_MS) == level
+    if level:
+        assert DELAY_LEVELS_MS[level - 1] >= delay_ms  # never early
+
+
+def test_delivery_timestamp_beyond_the_longest_level_is_refused_not_delivered_early() -> None:
+    with pytest.raises(Refused) as refused:
+        convert.delay_level_for(7_200_001, DELAY_LEVELS_MS)
+    assert refused.value.code == v2.ILLEGAL_DELIVERY_TIME
+    assert "7200 s" in refused.value.message
+
+
+def test_transaction_ids_carry_broker_and_offset_and_round_trip() -> None:
+    ref = TransactionRef("broker-a", 123_456, "01ID:with:colons")
+    assert TransactionRef.decode(ref.encode()) == ref
+    for bad in ("", "broker-a", "broker-a:x:1", ":1:2"):
+        with pytest.raises(Refused) as refused:
+            TransactionRef.decode(bad)
+        assert refused.value.code == v2.INVALID_TRANSACTION_ID
+
+
+def test_outbound_maps_system_properties_to_rocketmq_property_names() -> None:
+    message = _message(tag="TagA", message_type=v2.FIFO, message_group="g1")
+    message.system_properties.keys.extend(["k1", "k2"])
+    message.user_properties["color"] = "red"
+    out = convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
+    proto = out.message.to_proto("unused")
+    assert dict(proto.properties) == {
+        "TAGS": "TagA",
+        "KEYS": "k1 k2",
+        "UNIQ_KEY": "01ID",
+        "__SHARDINGKEY": "g1",
+        "color": "red",
+    }
+    assert (out.sharding_key, out.message_type, proto.body) == ("g1", v2.FIFO, b"body")
+
+
+def test_outbound_gzip_body_is_stored_decompressed_and_namespaces_prefix_topics() -> None:
+    message = _message(body=gzip.compress(b"plain text"), body_encoding=v2.GZIP)
+    message.topic.resource_namespace = "tenant1"
+    out = convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
+    assert (out.message.topic, out.message.body) == ("tenant1%T", b"plain text")
+    broken = _message(body=b"not gzip", body_encoding=v2.GZIP)
+    with pytest.raises(Refused) as refused:
+        convert.outbound(broken, NOW_MS, DELAY_LEVELS_MS, LIMIT)
+    assert refused.value.code == v2.MESSAGE_CORRUPTED
+
+
+def test_delayed_outbound_records_the_requested_time_and_a_level() -> None:
+    message = _message(message_type=v2.DELAY)
+    message.system_properties.delivery_timestamp.FromMilliseconds(NOW_MS + 45_000)
+    out = convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
+    assert out.message.delay_level == 5  # 1 m: the shortest level >= 45 s
+    assert out.message.properties["TIMER_DELIVER_MS"] == str(NOW_MS + 45_000)
+
+
+def test_key_with_a_space_is_refused_because_orbitmq_separates_keys_by_spaces() -> None:
+    message = _message()
+    message.system_properties.keys.append("two words")
+    with pytest.raises(Refused) as refused:
+        convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
+    assert refused.value.code == v2.ILLEGAL_MESSAGE_KEY and "'two words'" in refused.value.message
+
+
+def test_inbound_restores_system_properties_with_a_crc32_digest() -> None:
+    properties = {"UNIQ_KEY": "01ID", "TAGS": "t", "KEYS": "a b", "__SHARDINGKEY": "g", "user": "u"}
+    message = convert.inbound(
+        "tenant1%T",
+        b"123456789",
+        properties,
+        born_timestamp_ms=NOW_MS,
+        born_host="10.0.0.1",
+        store_timestamp_ms=NOW_MS + 5,
+        queue_id=2,
+        queue_offset=7,
+        message_type=v2.FIFO,
+        namespace="tenant1",
+    )
+    system = message.system_properties
+    assert (message.topic.name, message.topic.resource_namespace) == ("T", "tenant1")
+    assert (system.message_id, system.tag, list(system.keys), system.message_group) == (
+        "01ID",
+        "t",
+        ["a", "b"],
+        "g",
+    )
+    assert system.body_digest.checksum == "CBF43926"  # CRC-32 of "123456789"
+    assert dict(message.user_properties) == {"user": "u"}
+
+
+def test_route_permissions_follow_read_and_write_queue_counts_and_the_topic_permission() -> None:
+    route = common_pb2.TopicRoute(
+        topic="T",
+        queue_datas=[
+            common_pb2.QueueData(broker_name="b", read_queue_nums=3, write_queue_nums=2, perm=6),
+            common_pb2.QueueData(broker_name="a", read_queue_nums=1, write_queue_nums=2, perm=4),
+            common_pb2.QueueData(broker_name="gone", read_queue_nums=4, write_queue_nums=4, perm=6),
+        ],
+        broker_datas=[
+            common_pb2.BrokerData(broker_name="a", broker_addrs={0: "h:1"}),
+            common_pb2.BrokerData(broker_name="b", broker_addrs={0: "h:2", 1: "h:3"}),
+            common_pb2.BrokerData(broker_name="gone", broker_addrs={1: "h:4"}),  # no master: left out
+        ],
+    )
+    endpoints = routes.endpoints_of("proxy.example:8081")
+    queues = routes.message_queues(route, v2.Resource(name="T"), endpoints, convert.ALL_TYPES)
+    assert [(q.broker.name, q.id, q.permission) for q in queues] == [
+        ("a", 0, v2.READ),
+        ("a", 1, v2.NONE),
+        ("b", 0, v2.READ_WRITE),
+        ("b", 1, v2.READ_WRITE),
+        ("b", 2, v2.READ),
+    ]
+    assert endpoints.scheme == v2.DOMAIN_NAME and routes.endpoints_of("[::1]:8081").scheme == v2.IPv6
