@@ -116,7 +116,7 @@ def test_the_issue_s_panels_are_there() -> None:
         ],
         "topics-and-groups": [
             "Max offset per queue",
-            "Committed offset per queue",
+            "Committed offset and lag per queue",
             "Consumer lag by group",
             "Lag growth",
             "Consume results",
@@ -133,6 +133,8 @@ def test_the_issue_s_panels_are_there() -> None:
         "storage-and-ha": [
             "Commit-log bytes",
             "Commit-log disk use",
+            "Store disk use %",
+            "Commit-log flush latency",
             "Dispatch lag",
             "Replication lag per slave",
             "Failovers",
@@ -163,7 +165,9 @@ def test_the_inventory_reads_every_shape_of_metric_definition() -> None:
 @pytest.mark.parametrize(("dashboard", "title", "expr"), _all_queries())
 def test_every_query_parses_and_names_real_families_and_labels(dashboard: str, title: str, expr: str) -> None:
     for brackets in re.findall(r"\[([^\]]*)\]", expr):
-        assert brackets in ("$__rate_interval", "$__range"), f"{title}: hard-coded range [{brackets}]"
+        assert brackets in ("$__rate_interval", "$__rate_interval:", "$__range"), (
+            f"{title}: hard-coded range [{brackets}]"
+        )
     for selection in SELECTIONS:
         promql = substitute_grafana_variables(expr, selection)
         result = check_promql(promql)
