@@ -62,20 +62,39 @@ CHART_TEMPLATES = (
 )
 # The SparkApplication states the controller reports (v1beta2.ApplicationStateType).
 TERMINAL_STATES = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
+SPARKAPPS = Path(__file__).parent / "sparkapps"
+ENTRYPOINT = SPARKAPPS / "spark-entrypoint.sh"
+# What orbitmq ships: a SparkApplication per job, the data PVC, the extra Role, the kustomization.
+MANIFESTS = Path(__file__).resolve().parents[2] / "spark-jobs" / "manifests"
+SUBMIT_RBAC = MANIFESTS / "spark-submit-rbac.yaml"
+
+
+def manifest_docs(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def shipped_apps() -> list[Path]:
+    """The shipped SparkApplication manifests (one per job)."""
+    return sorted(
+        path
+        for path in MANIFESTS.glob("*.yaml")
+        if any(doc.get("kind") == "SparkApplication" for doc in manifest_docs(path))
+    )
+
+
+def _submit_extra_rules() -> list[dict[str, Any]]:
+    """The rules of the shipped Role (spark-jobs/manifests/spark-submit-rbac.yaml), so the Role a
+    cluster install applies is the one the tests run the controller with."""
+    role = next(doc for doc in manifest_docs(SUBMIT_RBAC) if doc["kind"] == "Role")
+    return list(role["rules"])
+
+
 # Spark 4.3's spark-submit also applies a NetworkPolicy for the driver pod (its
 # NetworkPolicyFeatureStep, server-side apply), which the v2.3.0 chart's controller role does
 # not allow: a cluster install needs this Role beside the chart's.
-SUBMIT_EXTRA_RULES = [
-    {
-        "apiGroups": ["networking.k8s.io"],
-        "resources": ["networkpolicies"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    }
-]
+SUBMIT_EXTRA_RULES = _submit_extra_rules()
 TOKEN_DURATION = "2h"
 READY_TIMEOUT_S = 60
-SPARKAPPS = Path(__file__).parent / "sparkapps"
-ENTRYPOINT = SPARKAPPS / "spark-entrypoint.sh"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -311,6 +330,54 @@ def pod_template(container_name: str, container: dict[str, Any] | None = None, *
     nodeSelector ...) that the webhook would otherwise add, and ``container``'s fields for the
     container Spark fills in (``container_name``: DRIVER_CONTAINER or EXECUTOR_CONTAINER)."""
     return {"spec": {**spec, "containers": [{"name": container_name, **(container or {})}]}}
+
+
+def _merge_named(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``base`` then ``extra``; an ``extra`` entry replaces the ``base`` entry of its name."""
+    names = {item.get("name") for item in extra}
+    return [item for item in base if item.get("name") not in names] + extra
+
+
+def merge_template(base: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
+    """Two driver (or executor) templates as one: ``extra``'s pod fields added to ``base``'s
+    (volumes by name, an ``extra`` volume replacing a ``base`` one of the same name; other lists
+    appended; maps merged; other fields replaced), and likewise the fields of the container of
+    the same name (env and volumeMounts by name).  How a test adds a node's runtime to a shipped
+    manifest's template without losing its volumes."""
+    spec = dict((base or {}).get("spec") or {})
+    for key, value in extra["spec"].items():
+        current = spec.get(key)
+        if key == "containers":
+            spec[key] = _merge_containers(current or [], value)
+        elif key == "volumes":
+            spec[key] = _merge_named(current or [], value)
+        elif isinstance(current, list):
+            spec[key] = current + value
+        elif isinstance(current, dict):
+            spec[key] = {**current, **value}
+        else:
+            spec[key] = value
+    return {**(base or {}), "spec": spec}
+
+
+def _merge_containers(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged = {c["name"]: dict(c) for c in base}
+    for container in extra:
+        current = merged.setdefault(container["name"], {})
+        for key, value in container.items():
+            if key in ("env", "volumeMounts"):
+                current[key] = _merge_named(current.get(key, []), value)
+            else:
+                current[key] = value
+    return list(merged.values())
+
+
+def add_templates(app: dict[str, Any], templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``app`` with ``templates`` (driver/executor, as :func:`kwok_templates` or
+    :func:`host_runtime_templates` give) merged into its own driver and executor templates."""
+    for role in ("driver", "executor"):
+        app["spec"][role]["template"] = merge_template(app["spec"][role].get("template"), templates[role])
+    return app
 
 
 def kwok_templates() -> dict[str, dict[str, Any]]:
