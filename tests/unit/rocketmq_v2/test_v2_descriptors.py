@@ -35,11 +35,13 @@ print("ok")
 
 
 @pytest.mark.parametrize("order", [(OURS, THEIRS), (THEIRS, OURS)], ids=["ours-first", "theirs-first"])
-def test_both_descriptor_sets_load_in_one_process_and_share_the_wire_format(order: tuple[str, str]) -> None:
+def test_both_descriptor_sets_load_in_one_process_and_share_the_wire_format(
+    order: tuple[str, str], tmp_path: Path
+) -> None:
     program = "\n".join([*order, ROUND_TRIP])
     done = subprocess.run(
         [sys.executable, "-c", program],
-        env={"PYTHONPATH": str(SERVICES)},
+        env={"PYTHONPATH": str(SERVICES), "HOME": str(tmp_path)},  # the client logs under HOME/logs
         capture_output=True,
         text=True,
         timeout=60,
