@@ -265,6 +265,13 @@ async def _ensure_target(admin: Admin, args: argparse.Namespace, masters: dict[s
         )
     if args.create_queues is None:
         return False
+    source = sum(q.write_queue_nums for q in (await admin.route(args.topic)).queue_datas)
+    if args.create_queues * len(masters) <= source:
+        raise UsageError(
+            f"--create-queues {args.create_queues} on {len(masters)} broker(s) gives --target "
+            f"{args.create_queues * len(masters)} queues, --topic {args.topic!r} has {source}: "
+            "the target must have more queues to spread the backlog over"
+        )
     created = False
     for address in masters.values():
         for report in await admin.create_topic(
@@ -400,13 +407,10 @@ def _offsets_json(topic: str, offsets: dict[QueueId, int]) -> str:
     return json.dumps({topic: {f"{b}:{q}": o for (b, q), o in sorted(offsets.items())}})
 
 
-STATS_SCHEMA = "broker string, queue int, sent long, skipped long"
-
-
 def copy_task(args: argparse.Namespace, plan: Plan, copied: Any) -> Any:
-    """The function each task runs over its source queue's Arrow batches (in queue order)."""
-    import pyarrow as pa
-
+    """The function each task runs over its source queue's rows (in queue order); it returns
+    ``(broker, queue, sent, skipped)`` per source queue. Rows rather than Arrow batches:
+    ``mapInArrow`` would need pandas on every executor for nothing."""
     topic, target, order_by = args.topic, args.target, args.order_by
     starts, ends, fail_after = plan.starts, plan.ends, args.fail_after
 
@@ -419,7 +423,7 @@ def copy_task(args: argparse.Namespace, plan: Plan, copied: Any) -> Any:
                 return value
         return f"{topic}/{broker}:{queue}"  # no key: keep the source queue's order
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
+    def run(rows: Iterator[Any]) -> Iterator[tuple[str, int, int, int]]:
         from orbitmq.client.message import Message
         from orbitmq_spark.brokers import BatchSender
         from orbitmq_spark.options import WriteOptions
@@ -430,40 +434,29 @@ def copy_task(args: argparse.Namespace, plan: Plan, copied: Any) -> Any:
         done = copied.value
         counts: dict[QueueId, list[int]] = {}
         try:
-            for batch in batches:
-                for row in batch.to_pylist():
-                    queue = (row["broker"], row["queue"])
-                    offset = row["queue_offset"]
-                    if queue not in starts or not starts[queue] <= offset < ends[queue]:
-                        continue  # a queue added or a message stored after the snapshot
-                    count = counts.setdefault(queue, [0, 0])
-                    if offset in done.get(queue, ()):
-                        count[1] += 1
-                        continue
-                    properties = dict(row["properties"] or [])
-                    properties[MARK_FROM] = _marker(topic, row["broker"], row["queue"], offset)
-                    properties[MARK_MSG_ID] = row["msg_id"]
-                    message = Message(
-                        target, row["body"], tags=row["tags"], keys=row["keys"] or None, properties=properties
-                    )
-                    sender.add(message, sharding_key(row["broker"], row["queue"], row["keys"], properties))
-                    count[0] += 1
-                    if fail_after is not None and sender.sent >= fail_after:
-                        raise RuntimeError(f"--fail-after {fail_after}: failing the copy task on purpose")
+            for row in rows:
+                queue, offset = (row.broker, row.queue), row.queue_offset
+                if queue not in starts or not starts[queue] <= offset < ends[queue]:
+                    continue  # a queue added or a message stored after the snapshot
+                count = counts.setdefault(queue, [0, 0])
+                if offset in done.get(queue, ()):
+                    count[1] += 1
+                    continue
+                keys = list(row.keys or ())
+                properties = dict(row.properties or {})
+                properties[MARK_FROM] = _marker(topic, row.broker, row.queue, offset)
+                properties[MARK_MSG_ID] = row.msg_id
+                message = Message(
+                    target, bytes(row.body), tags=row.tags, keys=keys or None, properties=properties
+                )
+                sender.add(message, sharding_key(row.broker, row.queue, keys, properties))
+                count[0] += 1
+                if fail_after is not None and sender.sent >= fail_after:
+                    raise RuntimeError(f"--fail-after {fail_after}: failing the copy task on purpose")
             sender.finish()
         finally:
             sender.close()
-        yield pa.RecordBatch.from_pylist(
-            [{"broker": b, "queue": q, "sent": s, "skipped": k} for (b, q), (s, k) in counts.items()],
-            schema=pa.schema(
-                [
-                    ("broker", pa.string()),
-                    ("queue", pa.int32()),
-                    ("sent", pa.int64()),
-                    ("skipped", pa.int64()),
-                ]
-            ),
-        )
+        return iter([(b, q, sent, skipped) for (b, q), (sent, skipped) in counts.items()])
 
     return run
 
@@ -479,10 +472,11 @@ def copy_backlog(spark: Any, args: argparse.Namespace, plan: Plan) -> tuple[int,
         .option("startingOffsets", _offsets_json(args.topic, plan.starts))
         .option("endingOffsets", _offsets_json(args.topic, plan.ends))
         .load()
+        .select("broker", "queue", "queue_offset", "msg_id", "keys", "tags", "properties", "body")
     )
     copied = spark.sparkContext.broadcast(plan.copied)
-    stats = source.mapInArrow(copy_task(args, plan, copied), STATS_SCHEMA).collect()
-    return sum(r.sent for r in stats), sum(r.skipped for r in stats)
+    stats = source.rdd.mapPartitions(copy_task(args, plan, copied)).collect()
+    return sum(s[2] for s in stats), sum(s[3] for s in stats)
 
 
 # -- offsets -------------------------------------------------------------------------------------
