@@ -32,6 +32,7 @@ def proxy(config_file: Path | None, **flags: object) -> None:
 
     Settings come from --config, then ORBITMQ_PROXY_<FIELD> environment variables, then flags.
     """
+    from orbitmq.common.loop import run_on_fast_loop
     from orbitmq.proxy.server import run
 
     try:
@@ -39,7 +40,7 @@ def proxy(config_file: Path | None, **flags: object) -> None:
     except click.ClickException as error:
         error.exit_code = SETTINGS_EXIT_CODE
         raise
-    serve("proxy", run(settings))
+    serve("proxy", run(settings), run_on_fast_loop)  # a relay, like the sidecar: uvloop pays
 
 
 if __name__ == "__main__":
