@@ -2,8 +2,10 @@
 SparkApplications through its real controller on the kwok test bed: the controller runs
 PySpark's ``spark-submit``, which creates the driver pod; kwok plays the driver's kubelet.
 
-What the shipped manifests rely on: the driver pod gets the manifest's image, main file and
-arguments, resources, service account and labels; the application's state follows the driver
+What the shipped manifests (spark-jobs/manifests: one SparkApplication per job, the data PVC,
+the extra Role, the kustomization) rely on: the kustomization renders and validates; each
+application's driver pod gets the manifest's image, main file and arguments, resources, service
+account, labels and data volume; the application's state follows the driver
 (RUNNING, a failed driver rerun under ``restartPolicy: OnFailure``, COMPLETED); the CRD's
 schema refuses a malformed application; and upstream's chart RBAC alone cannot submit with
 Spark 4 (the extra Role the kit adds, see ``sparkopkit.SUBMIT_EXTRA_RULES``).
@@ -13,7 +15,8 @@ Where a driver only has to end, its end is reported the way a kubelet does
 runs Spark for real: sparkhost runs the driver's and the executor's containers (as their pod
 specs say, through sparkapps/spark-entrypoint.sh) as host processes and reports the driver's
 real exit status.  The same templates on the real node (``info["real_node"]``: its image,
-labels, host mounts and Python) run it in containers.
+labels, host mounts and Python) run the shipped lag report in containers
+(test_spark_real_pods.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +37,54 @@ from k8s_testbed_support import E2E_TIMEOUT, CommandError, K8sCluster
 
 pytestmark = [pytest.mark.e2e, E2E_TIMEOUT]
 
-LAG_REPORT = Path(__file__).parent / "sparkapps" / "lag-report.yaml"
+SHIPPED = sparkopkit.shipped_apps()
+LAG_REPORT = sparkopkit.MANIFESTS / "lag-report.yaml"
 APP = "orbitmq-lag-report"
-# Spark's memory request for a PySpark driver: the heap plus the overhead for non-JVM jobs,
-# max(384 MiB, 0.4 x heap) -> 512 MiB + 384 MiB.
-DRIVER_MEMORY = "896Mi"
+DATA_PVC = sparkopkit.MANIFESTS / "data-pvc.yaml"
+# Spark's memory overhead for non-JVM (PySpark) pods: max(384 MiB, 0.4 x heap).
+MIN_OVERHEAD_MIB, OVERHEAD_FACTOR = 384, 0.4
+UNITS_MIB = {"m": 1, "g": 1024}
 
 
-def lag_report_app(operator: sparkopkit.SparkOperator, **spec: Any) -> dict[str, Any]:
-    """The example manifest in the operator's namespace, its driver under the chart's spark
-    account, both pods let onto kwok's tainted node through templates (no webhook)."""
-    templates = sparkopkit.kwok_templates()
-    return sparkopkit.load_app(
-        LAG_REPORT,
-        operator.namespace,
-        driver={"serviceAccount": operator.spark_account, "template": templates["driver"]},
-        executor={"template": templates["executor"]},
-        **spec,
-    )
+def pod_memory(heap: str) -> str:
+    """The memory a PySpark driver or executor pod requests for ``heap`` (``512m``, ``2g``)."""
+    unit = heap[-1].lower()
+    if unit not in UNITS_MIB or not heap[:-1].isdigit():
+        raise ValueError(f"memory {heap!r}: expected a whole number of m or g")
+    mib = int(heap[:-1]) * UNITS_MIB[unit]
+    return f"{mib + max(MIN_OVERHEAD_MIB, int(mib * OVERHEAD_FACTOR))}Mi"
+
+
+def shipped_app(path: Path, operator: sparkopkit.SparkOperator, **spec: Any) -> dict[str, Any]:
+    """A shipped manifest in the operator's namespace, its driver under the chart's spark
+    account (the kit's release name, not the manifest's ``spark-operator``), both pods let onto
+    kwok's tainted node by templates merged into the manifest's own (no webhook)."""
+    app = sparkopkit.load_app(path, operator.namespace, **spec)
+    app["spec"]["driver"]["serviceAccount"] = operator.spark_account
+    return sparkopkit.add_templates(app, sparkopkit.kwok_templates())
+
+
+@pytest.fixture
+def data_volume(k8s_cluster: K8sCluster, namespace: str) -> Iterator[str]:
+    """The shipped data PVC in ``namespace``, bound to a PersistentVolume made for it (the test
+    bed has no provisioner; kwok mounts nothing, so the path is never used)."""
+    claim = sparkopkit.manifest_docs(DATA_PVC)[0]
+    name = f"{namespace}-{claim['metadata']['name']}"
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": claim["spec"]["resources"]["requests"],
+            "accessModes": claim["spec"]["accessModes"],
+            "hostPath": {"path": f"/var/lib/{namespace}"},
+            "claimRef": {"namespace": namespace, "name": claim["metadata"]["name"]},
+        },
+    }
+    k8s_cluster.apply(volume)
+    k8s_cluster.apply(claim, namespace=namespace)
+    yield claim["metadata"]["name"]
+    k8s_cluster.kubectl("delete", "persistentvolume", name, "--wait=false", check=False)
 
 
 def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[str, Any]) -> None:
@@ -59,23 +93,36 @@ def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[st
     container = pod["spec"]["containers"][0]
     assert container["name"] == sparkopkit.DRIVER_CONTAINER
     assert container["image"] == spec["image"]
+    assert container["imagePullPolicy"] == spec["imagePullPolicy"]
     # Spark's driver entrypoint, then the application and its arguments, in order.
     assert container["args"][0] == "driver"
     tail = container["args"][container["args"].index(spec["mainApplicationFile"]) :]
     assert tail == [spec["mainApplicationFile"], *spec["arguments"]]
     assert "org.apache.spark.deploy.PythonRunner" in container["args"]
-    assert container["resources"]["requests"] == {"cpu": "1", "memory": DRIVER_MEMORY}
-    assert container["resources"]["limits"] == {"cpu": spec["driver"]["coreLimit"], "memory": DRIVER_MEMORY}
+    memory = pod_memory(spec["driver"]["memory"])
+    cores = str(spec["driver"]["cores"])
+    assert container["resources"]["requests"] == {"cpu": cores, "memory": memory}
+    assert container["resources"]["limits"] == {"cpu": spec["driver"]["coreLimit"], "memory": memory}
     assert pod["spec"]["serviceAccountName"] == spec["driver"]["serviceAccount"]
     assert pod["spec"]["restartPolicy"] == "Never"  # reruns are the controller's, never the kubelet's
     assert sparkopkit.KWOK_TOLERATION in pod["spec"]["tolerations"]  # from driver.template
+    # The manifest's own template: its volumes (the data PVC) and their mounts.
+    template = spec["driver"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    for volume in template.get("volumes", []):
+        assert volumes[volume["name"]] == volume
+    wanted_mounts = next(c for c in template["containers"] if c["name"] == sparkopkit.DRIVER_CONTAINER).get(
+        "volumeMounts", []
+    )
+    for mount in wanted_mounts:
+        assert mount in container["volumeMounts"]
     labels = pod["metadata"]["labels"]
     assert labels.items() >= spec["driver"]["labels"].items()
     assert (
         labels.items()
         >= {
             "spark-role": "driver",
-            "sparkoperator.k8s.io/app-name": APP,
+            "sparkoperator.k8s.io/app-name": manifest["metadata"]["name"],
             "sparkoperator.k8s.io/launched-by-spark-operator": "true",
             "sparkoperator.k8s.io/submission-id": app["status"]["submissionID"],
             "spark-app-selector": app["status"]["sparkApplicationId"],
@@ -84,31 +131,80 @@ def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[st
     )
 
 
-def test_lag_report_runs_reruns_after_a_failed_driver_and_completes(
-    k8s_cluster: K8sCluster, namespace: str, tmp_path: Path
+def test_the_shipped_manifests_are_one_per_job() -> None:
+    """Each job under spark-jobs/jobs has its SparkApplication (and nothing else is shipped as
+    one), and the kustomization lists every manifest file beside it."""
+    jobs = sorted(p.name for p in (sparkopkit.MANIFESTS.parent / "jobs").glob("*.py"))
+    mains = sorted(
+        sparkopkit.manifest_docs(path)[0]["spec"]["mainApplicationFile"].rsplit("/", 1)[1] for path in SHIPPED
+    )
+    # archive.py and redistribute_backlog.py: while they are written, their manifests lead.
+    assert set(jobs) <= set(mains) and len(SHIPPED) == 3, (jobs, mains)
+    kustomization = yaml.safe_load((sparkopkit.MANIFESTS / "kustomization.yaml").read_text())
+    files = {p.name for p in sparkopkit.MANIFESTS.glob("*.yaml")} - {
+        "kustomization.yaml",
+        "kustomizeconfig.yaml",
+    }
+    assert set(kustomization["resources"]) == files
+
+
+def test_kustomization_sets_namespace_and_image_and_applies(k8s_cluster: K8sCluster, namespace: str) -> None:
+    """``kubectl kustomize spark-jobs/manifests``: every object in the kustomization's namespace,
+    the SparkApplications' image from its ``images`` (a field kustomize only rewrites through
+    kustomizeconfig.yaml), the extra Role's subject still the chart's controller in its own
+    namespace; the rendering (moved to a test namespace) passes the API server's validation."""
+    kustomization = yaml.safe_load((sparkopkit.MANIFESTS / "kustomization.yaml").read_text())
+    override = kustomization["images"][0]
+    rendered = k8s_cluster.kubectl("kustomize", str(sparkopkit.MANIFESTS)).stdout
+    docs = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    kinds = sorted(doc["kind"] for doc in docs)
+    assert kinds == ["PersistentVolumeClaim", "Role", "RoleBinding", *["SparkApplication"] * 3], kinds
+    assert {doc["metadata"]["namespace"] for doc in docs} == {kustomization["namespace"]}
+    for app in (doc for doc in docs if doc["kind"] == "SparkApplication"):
+        assert app["spec"]["image"] == f"{override['newName']}:{override['newTag']}"
+        namesrv = app["spec"]["arguments"][app["spec"]["arguments"].index("--namesrv") + 1]
+        assert namesrv == f"orbitmq-namesrv.{kustomization['namespace']}.svc:9876"
+    binding = next(doc for doc in docs if doc["kind"] == "RoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "spark-operator-controller", "namespace": "spark-operator"}
+    ]
+    sparkopkit.install_crds(k8s_cluster)
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    applied = k8s_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=listing).stdout
+    assert applied.count("(server dry run)") == len(docs), applied
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_application_reaches_its_driver_pod_reruns_and_completes(
+    k8s_cluster: K8sCluster, namespace: str, data_volume: str, tmp_path: Path, path: Path
 ) -> None:
     """Applied -> driver pod as specified, RUNNING; the driver fails -> rerun (OnFailure) with a
     new submission; the second driver succeeds -> COMPLETED after two attempts."""
     with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
-        manifest = lag_report_app(operator)
+        # The shipped retry interval (30 s) shortened: the rerun is the controller's either way.
+        manifest = shipped_app(path, operator, restartPolicy={"onFailureRetryInterval": 5})
+        name = manifest["metadata"]["name"]
+        assert manifest["spec"]["restartPolicy"]["type"] == "OnFailure"
         k8s_cluster.apply(manifest)
-        app = sparkopkit.wait_state(k8s_cluster, operator, APP, ("RUNNING",))
+        app = sparkopkit.wait_state(k8s_cluster, operator, name, ("RUNNING",))
         first = sparkopkit.driver_pod(k8s_cluster, namespace, app)
         check_driver_pod(first, app, manifest)
         assert (app["status"]["submissionAttempts"], app["status"]["executionAttempts"]) == (1, 1)
-        printed = k8s_cluster.kubectl("get", f"sparkapplications.{sparkopkit.GROUP}", APP, "-n", namespace)
+        printed = k8s_cluster.kubectl("get", f"sparkapplications.{sparkopkit.GROUP}", name, "-n", namespace)
         assert "RUNNING" in printed.stdout  # the CRD's Status column
 
         sparkopkit.finish_driver(k8s_cluster, namespace, first, exit_code=1)
 
         def rerun() -> bool:
-            current = sparkopkit.get_app(k8s_cluster, namespace, APP)
+            current = sparkopkit.get_app(k8s_cluster, namespace, name)
             return (
                 current["status"].get("executionAttempts") == 2 and sparkopkit.app_state(current) == "RUNNING"
             )
 
-        k8s_cluster.wait_for(f"{APP} rerun after the failed driver", rerun, timeout=120)
-        app = sparkopkit.get_app(k8s_cluster, namespace, APP)
+        k8s_cluster.wait_for(f"{name} rerun after the failed driver", rerun, timeout=120)
+        app = sparkopkit.get_app(k8s_cluster, namespace, name)
         second = sparkopkit.driver_pod(k8s_cluster, namespace, app)
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
         assert (
@@ -117,11 +213,11 @@ def test_lag_report_runs_reruns_after_a_failed_driver_and_completes(
         check_driver_pod(second, app, manifest)
 
         sparkopkit.finish_driver(k8s_cluster, namespace, second, exit_code=0)
-        done = sparkopkit.wait_state(k8s_cluster, operator, APP, ("COMPLETED",))
+        done = sparkopkit.wait_state(k8s_cluster, operator, name, ("COMPLETED",))
         assert done["status"]["executionAttempts"] == 2
         assert done["status"]["terminationTime"]
         events = k8s_cluster.get_json(
-            "events", "-n", namespace, "--field-selector", f"involvedObject.name={APP}"
+            "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
         )
         reasons = {e["reason"] for e in events["items"]}
         expected = {
@@ -162,14 +258,14 @@ def test_malformed_spark_application_refused_by_the_crd(k8s_cluster: K8sCluster,
 
 
 def test_chart_rbac_alone_cannot_submit_with_spark_4(
-    k8s_cluster: K8sCluster, namespace: str, tmp_path: Path
+    k8s_cluster: K8sCluster, namespace: str, data_volume: str, tmp_path: Path
 ) -> None:
     """Upstream's v2.3.0 chart lets the controller make pods, services and config maps, but
     Spark 4's spark-submit also applies a NetworkPolicy: with the chart's RBAC alone the
     submission is refused, which is why the kit (and a cluster install) adds SUBMIT_EXTRA_RULES.
     When this starts passing submissions, the chart has caught up and the extra Role can go."""
     with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path, extra_rbac=False) as operator:
-        k8s_cluster.apply(lag_report_app(operator, restartPolicy={"type": "Never"}))
+        k8s_cluster.apply(shipped_app(LAG_REPORT, operator, restartPolicy={"type": "Never"}))
         app = sparkopkit.wait_state(k8s_cluster, operator, APP, ("SUBMISSION_FAILED", "FAILED"))
         error = app["status"]["applicationState"].get("errorMessage", "")
         assert "networkpolicies" in error and "forbidden" in error, json.dumps(app["status"], indent=1)
