@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -463,8 +464,6 @@ def copy_task(args: argparse.Namespace, plan: Plan, copied: Any) -> Any:
 
 def copy_backlog(spark: Any, args: argparse.Namespace, plan: Plan) -> tuple[int, int]:
     """Step 3; returns (messages sent, messages skipped as already copied)."""
-    if plan.backlog == 0:
-        return 0, 0
     source = (
         spark.read.format("orbitmq")
         .option("namesrv", args.namesrv)
@@ -511,22 +510,23 @@ async def move_offsets(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     plan = asyncio.run(prepare(args))
+    sent = skipped = 0
+    if plan.backlog:  # nothing to copy (a rerun after success): no Spark at all
+        from pyspark.sql import SparkSession
 
-    from pyspark.sql import SparkSession
+        import orbitmq_spark
 
-    import orbitmq_spark
-
-    spark = (
-        SparkSession.builder.appName("orbitmq-redistribute-backlog")
-        .config("spark.task.maxFailures", "1")  # the job's rerun is the retry (module docstring)
-        .getOrCreate()
-    )
-    try:
-        orbitmq_spark.register(spark)
-        read_copied(spark, args, plan)
-        sent, skipped = copy_backlog(spark, args, plan)
-    finally:
-        spark.stop()
+        spark = (
+            SparkSession.builder.appName("orbitmq-redistribute-backlog")
+            .config("spark.task.maxFailures", "1")  # the job's rerun is the retry (module docstring)
+            .getOrCreate()
+        )
+        try:
+            orbitmq_spark.register(spark)
+            read_copied(spark, args, plan)
+            sent, skipped = copy_backlog(spark, args, plan)
+        finally:
+            spark.stop()
     offsets = asyncio.run(move_offsets(args, plan))
     return {
         "job": JOB,
@@ -547,8 +547,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def headline(error: BaseException) -> str:
+    """What went wrong in one line: for a failed Spark task, the task's own exception (the last
+    ``SomeError: message`` line of the worker's traceback), not Spark's wrapper text."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return (raised[-1] if raised else lines[0])[:2000]
+
+
 def _error_line(error: BaseException) -> str:
-    return json.dumps({"job": JOB, "status": "error", "error": str(error).strip().splitlines()[0][:2000]})
+    return json.dumps({"job": JOB, "status": "error", "error": headline(error)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -560,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_error_line(error))
         return 2
     except Exception as error:  # Spark's errors too: the JSON line is the scheduler's interface
-        print(f"redistribute_backlog.py: error: {error}", file=sys.stderr)
+        print(f"redistribute_backlog.py: error: {headline(error)}", file=sys.stderr)
         print(_error_line(error))
         return 1
     print(json.dumps(summary))
