@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -41,6 +41,8 @@ SHIPPED = sparkopkit.shipped_apps()
 LAG_REPORT = sparkopkit.MANIFESTS / "lag-report.yaml"
 APP = "orbitmq-lag-report"
 DATA_PVC = sparkopkit.MANIFESTS / "data-pvc.yaml"
+JOBS = sparkopkit.MANIFESTS.parent / "jobs"
+IMAGE_JOBS = PurePosixPath("/opt/orbitmq/spark-jobs/jobs")  # where a Spark image of orbitmq has them
 # Spark's memory overhead for non-JVM (PySpark) pods: max(384 MiB, 0.4 x heap).
 MIN_OVERHEAD_MIB, OVERHEAD_FACTOR = 384, 0.4
 UNITS_MIB = {"m": 1, "g": 1024}
@@ -53,6 +55,10 @@ def pod_memory(heap: str) -> str:
         raise ValueError(f"memory {heap!r}: expected a whole number of m or g")
     mib = int(heap[:-1]) * UNITS_MIB[unit]
     return f"{mib + max(MIN_OVERHEAD_MIB, int(mib * OVERHEAD_FACTOR))}Mi"
+
+
+def main_file(path: Path) -> str:
+    return str(sparkopkit.manifest_docs(path)[0]["spec"]["mainApplicationFile"])
 
 
 def shipped_app(path: Path, operator: sparkopkit.SparkOperator, **spec: Any) -> dict[str, Any]:
@@ -132,20 +138,62 @@ def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[st
 
 
 def test_the_shipped_manifests_are_one_per_job() -> None:
-    """Each job under spark-jobs/jobs has its SparkApplication (and nothing else is shipped as
-    one), and the kustomization lists every manifest file beside it."""
-    jobs = sorted(p.name for p in (sparkopkit.MANIFESTS.parent / "jobs").glob("*.py"))
-    mains = sorted(
-        sparkopkit.manifest_docs(path)[0]["spec"]["mainApplicationFile"].rsplit("/", 1)[1] for path in SHIPPED
-    )
-    # archive.py and redistribute_backlog.py: while they are written, their manifests lead.
-    assert set(jobs) <= set(mains) and len(SHIPPED) == 3, (jobs, mains)
+    """Each job under spark-jobs/jobs has its SparkApplication and nothing else is shipped as
+    one; the kustomization lists every manifest file beside it."""
+    jobs = sorted(p.name for p in JOBS.glob("*.py"))
+    mains = sorted(PurePosixPath(main_file(path)).name for path in SHIPPED)
+    assert jobs == mains
     kustomization = yaml.safe_load((sparkopkit.MANIFESTS / "kustomization.yaml").read_text())
     files = {p.name for p in sparkopkit.MANIFESTS.glob("*.yaml")} - {
         "kustomization.yaml",
         "kustomizeconfig.yaml",
     }
     assert set(kustomization["resources"]) == files
+
+
+# Run by each job's own parse_args (argparse: exit status 2 and the option named on bad input).
+PARSE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("shipped_job", sys.argv[1])
+job = sys.modules["shipped_job"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job)
+print(json.dumps(sorted(vars(job.parse_args(json.loads(sys.argv[2]))))))
+"""
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_arguments_are_what_the_job_accepts(path: Path) -> None:
+    """The manifest's arguments pass its job's own argument parsing (the job's file is the one
+    the image holds at mainApplicationFile: /opt/orbitmq/spark-jobs/jobs/<job>)."""
+    app = sparkopkit.manifest_docs(path)[0]
+    main = PurePosixPath(main_file(path))
+    assert app["spec"]["mainApplicationFile"] == f"local://{IMAGE_JOBS / main.name}"
+    env = {**os.environ, "PYTHONPATH": str(JOBS.parent)}
+    parsed = subprocess.run(
+        [sys.executable, "-c", PARSE, str(JOBS / main.name), json.dumps(app["spec"]["arguments"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert parsed.returncode == 0, parsed.stderr
+    assert "namesrv" in json.loads(parsed.stdout)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PARSE,
+            str(JOBS / main.name),
+            json.dumps([*app["spec"]["arguments"], "--bogus"]),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "--bogus" in refused.stderr, refused.stderr
 
 
 def test_kustomization_sets_namespace_and_image_and_applies(k8s_cluster: K8sCluster, namespace: str) -> None:
