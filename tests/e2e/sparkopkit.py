@@ -74,10 +74,10 @@ def manifest_docs(path: Path) -> list[dict[str, Any]]:
 
 
 def shipped_apps() -> list[Path]:
-    """The shipped SparkApplication manifests (one per job)."""
+    """The shipped SparkApplication manifests (one per job, some in their own kustomization)."""
     return sorted(
         path
-        for path in MANIFESTS.glob("*.yaml")
+        for path in MANIFESTS.rglob("*.yaml")
         if any(doc.get("kind") == "SparkApplication" for doc in manifest_docs(path))
     )
 

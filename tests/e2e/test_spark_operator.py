@@ -137,18 +137,23 @@ def check_driver_pod(pod: dict[str, Any], app: dict[str, Any], manifest: dict[st
     )
 
 
+def kustomizations() -> list[Path]:
+    return sorted(p.parent for p in sparkopkit.MANIFESTS.rglob("kustomization.yaml"))
+
+
 def test_the_shipped_manifests_are_one_per_job() -> None:
     """Each job under spark-jobs/jobs has its SparkApplication and nothing else is shipped as
-    one; the kustomization lists every manifest file beside it."""
+    one; each kustomization lists every manifest file beside it, and every manifest is in one."""
     jobs = sorted(p.name for p in JOBS.glob("*.py"))
     mains = sorted(PurePosixPath(main_file(path)).name for path in SHIPPED)
     assert jobs == mains
-    kustomization = yaml.safe_load((sparkopkit.MANIFESTS / "kustomization.yaml").read_text())
-    files = {p.name for p in sparkopkit.MANIFESTS.glob("*.yaml")} - {
-        "kustomization.yaml",
-        "kustomizeconfig.yaml",
-    }
-    assert set(kustomization["resources"]) == files
+    listed = set()
+    for directory in kustomizations():
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml", "kustomizeconfig.yaml"}
+        assert set(kustomization["resources"]) == files, directory
+        listed |= {directory / name for name in files}
+    assert set(SHIPPED) <= listed
 
 
 # Run by each job's own parse_args (argparse: exit status 2 and the option named on bad input).
@@ -196,27 +201,43 @@ def test_shipped_arguments_are_what_the_job_accepts(path: Path) -> None:
     assert refused.returncode == 2 and "--bogus" in refused.stderr, refused.stderr
 
 
-def test_kustomization_sets_namespace_and_image_and_applies(k8s_cluster: K8sCluster, namespace: str) -> None:
-    """``kubectl kustomize spark-jobs/manifests``: every object in the kustomization's namespace,
-    the SparkApplications' image from its ``images`` (a field kustomize only rewrites through
-    kustomizeconfig.yaml), the extra Role's subject still the chart's controller in its own
-    namespace; the rendering (moved to a test namespace) passes the API server's validation."""
-    kustomization = yaml.safe_load((sparkopkit.MANIFESTS / "kustomization.yaml").read_text())
-    override = kustomization["images"][0]
-    rendered = k8s_cluster.kubectl("kustomize", str(sparkopkit.MANIFESTS)).stdout
-    docs = [doc for doc in yaml.safe_load_all(rendered) if doc]
-    kinds = sorted(doc["kind"] for doc in docs)
-    assert kinds == ["PersistentVolumeClaim", "Role", "RoleBinding", *["SparkApplication"] * 3], kinds
-    assert {doc["metadata"]["namespace"] for doc in docs} == {kustomization["namespace"]}
-    for app in (doc for doc in docs if doc["kind"] == "SparkApplication"):
-        assert app["spec"]["image"] == f"{override['newName']}:{override['newTag']}"
-        namesrv = app["spec"]["arguments"][app["spec"]["arguments"].index("--namesrv") + 1]
-        assert namesrv == f"orbitmq-namesrv.{kustomization['namespace']}.svc:9876"
-    binding = next(doc for doc in docs if doc["kind"] == "RoleBinding")
+def test_kustomizations_set_namespace_and_image_and_apply(k8s_cluster: K8sCluster, namespace: str) -> None:
+    """``kubectl kustomize`` of spark-jobs/manifests (the RBAC, the data PVC, the lag report and
+    the archive) and of its backlog-redistribution/ (apart: it moves offsets, applied only when
+    needed): every object in the kustomization's namespace, the SparkApplications' image from
+    its ``images`` (a field kustomize only rewrites through kustomizeconfig.yaml), the extra
+    Role's subject still the chart's controller in its own namespace; the renderings (moved to a
+    test namespace) pass the API server's validation."""
+    rendered: dict[str, list[dict[str, Any]]] = {}
+    for directory in kustomizations():
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        override = kustomization["images"][0]
+        out = k8s_cluster.kubectl("kustomize", str(directory)).stdout
+        docs = rendered[directory.name] = [doc for doc in yaml.safe_load_all(out) if doc]
+        assert {doc["metadata"]["namespace"] for doc in docs} == {kustomization["namespace"]}
+        for app in (doc for doc in docs if doc["kind"] == "SparkApplication"):
+            assert app["spec"]["image"] == f"{override['newName']}:{override['newTag']}"
+            namesrv = app["spec"]["arguments"][app["spec"]["arguments"].index("--namesrv") + 1]
+            assert namesrv == f"orbitmq-namesrv.{kustomization['namespace']}.svc:9876"
+    kinds = {
+        name: sorted((d["kind"], d["metadata"]["name"]) for d in docs) for name, docs in rendered.items()
+    }
+    assert kinds == {
+        "manifests": [
+            ("PersistentVolumeClaim", "orbitmq-spark-data"),
+            ("Role", "orbitmq-spark-submit"),
+            ("RoleBinding", "orbitmq-spark-submit"),
+            ("SparkApplication", "orbitmq-archive"),
+            ("SparkApplication", "orbitmq-lag-report"),
+        ],
+        "backlog-redistribution": [("SparkApplication", "orbitmq-backlog-redistribution")],
+    }
+    binding = next(doc for doc in rendered["manifests"] if doc["kind"] == "RoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "spark-operator-controller", "namespace": "spark-operator"}
     ]
     sparkopkit.install_crds(k8s_cluster)
+    docs = [doc for docs in rendered.values() for doc in docs]
     for doc in docs:
         doc["metadata"]["namespace"] = namespace
     listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
