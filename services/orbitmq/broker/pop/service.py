@@ -1,0 +1,214 @@
+"""POP over a real message store: reads queues, keeps :class:`PopState`, persists its records.
+
+The broker (not wired yet) calls :meth:`PopService.load` once the store is open (the records in
+``RMQ_SYS_POP_LOG`` rebuild the state, on a restarted master as on a promoted slave), then
+:meth:`pop`, :meth:`ack` and :meth:`change_invisible` per request. Every answer is given after
+its records are stored (``put``, the broker's own, so SYNC_FLUSH and SYNC_MASTER apply): an
+acknowledged ack survives a crash; a delivery whose record was lost is simply delivered again.
+The state is changed *before* the put, so two concurrent pops never hand out the same offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from orbitmq.broker.pop import records
+from orbitmq.broker.pop.handles import InvalidReceiptHandle, ReceiptHandle
+from orbitmq.broker.pop.records import POP_LOG_TOPIC
+from orbitmq.broker.pop.state import AckOutcome, PopKey, PopState, Record
+from orbitmq.broker.reput import restore
+from orbitmq.common.clock import Clock
+from orbitmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, Property
+from orbitmq.store.message_filter import TagFilter
+from orbitmq.store.message_store import MessageStore
+from orbitmq.store.record import InboundMessage, StoredMessage
+from orbitmq.store.results import PutResult
+
+log = logging.getLogger(__name__)
+
+Put = Callable[[list[InboundMessage]], Awaitable[PutResult]]
+POP_LOG_QUEUE = 0
+DEAD_LETTER_CLAIM_MS = 10_000
+"""A message on its way to the dead-letter topic stays invisible this long meanwhile."""
+SNAPSHOT_EVERY = 10_000
+"""Records between snapshots: a restart replays at most about this many after the last one."""
+
+
+class PopPersistError(RuntimeError):
+    """The POP log could not store a record; the request fails (and may be retried)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Popped:
+    message: StoredMessage
+    handle: ReceiptHandle
+    attempt: int
+    """Delivery attempt, 1 for the first."""
+    invisible_until_ms: int
+
+
+class PopService:
+    """Args:
+    store: the broker's open message store (queues are read from it).
+    put: the broker's put (records and dead letters are stored through it).
+    clock: time of invisibility deadlines.
+    broker_name: named in receipt handles.
+    """
+
+    def __init__(self, store: MessageStore, put: Put, clock: Clock, broker_name: str) -> None:
+        self._store = store
+        self._put = put
+        self._clock = clock
+        self._broker_name = broker_name
+        self.state = PopState()
+        self._since_snapshot = 0
+        self.dead_lettered = self.acked = self.redelivered = 0
+
+    def load(self) -> int:
+        """Rebuild the state from the POP log (last snapshot on); returns the records read."""
+        queue = self._store.consume_queue(POP_LOG_TOPIC, POP_LOG_QUEUE)
+        bodies = []
+        if queue is not None:
+            for offset in range(queue.min_offset, queue.max_offset):
+                unit = queue.unit_at(offset)
+                message = self._store.message_at(unit[0]) if unit else None
+                if message is not None:
+                    bodies.append(message.body)
+        self.state = records.replay(bodies)
+        return len(bodies)
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_nums: int,
+        invisible_ms: int,
+        *,
+        fifo: bool = False,
+        max_attempts: int = 17,
+        tag_filter: TagFilter | None = None,
+    ) -> list[Popped]:
+        """Up to ``max_nums`` messages of one queue, invisible for ``invisible_ms``."""
+        key = PopKey(group, topic, queue_id)
+        self.state.start_at(key, self._store.min_offset_in_queue(topic, queue_id))
+        now = self._clock.now_ms()
+        max_offset = self._store.max_offset_in_queue(topic, queue_id)
+        plan = self.state.plan(key, now, max_nums, max_offset, fifo=fifo, max_attempts=max_attempts)
+        pending: list[Record] = []
+        # Everything up to the first await changes the state in one step of the event loop, so
+        # a concurrent pop of the queue plans on the result. Dead letters are claimed (made
+        # invisible for a while) first and marked done only once stored in the DLQ topic: one
+        # the store refuses is tried again after the claim, never lost.
+        for offset in plan.dead:
+            lease = self.state.queue(key).in_flight[offset].lease
+            _, claim = self.state.change_invisible(key, offset, lease, now, DEAD_LETTER_CLAIM_MS)
+            if claim is not None:
+                pending.append(claim)
+        messages = {o: self._read(topic, queue_id, o) for o in plan.offsets}
+        gone = [o for o in plan.redeliver if messages[o] is None]  # deleted by retention meanwhile
+        pending.extend(self.state.dead_letter(key, o) for o in gone)
+        delivered = [o for o in plan.redeliver if messages[o] is not None]
+        if delivered:
+            pending.append(self.state.deliver(key, delivered, now, invisible_ms))
+            self.redelivered += len(delivered)
+        run: list[int] = []
+        for offset in plan.new:  # in order: runs of wanted offsets are delivered, others skipped
+            message = messages[offset]
+            if message is not None and (tag_filter is None or tag_filter.matches_tag(message.tags)):
+                run.append(offset)
+                continue
+            if run:
+                pending.append(self.state.deliver(key, run, now, invisible_ms))
+                delivered.extend(run)
+                run = []
+            pending.append(self.state.skip(key, [offset]))
+        if run:
+            pending.append(self.state.deliver(key, run, now, invisible_ms))
+            delivered.extend(run)
+        for offset in plan.dead:
+            if await self._dead_letter(key, offset):
+                pending.append(self.state.dead_letter(key, offset))
+        await self._persist(pending)
+        queue = self.state.queue(key)
+        return [
+            Popped(
+                message,
+                ReceiptHandle(self._broker_name, queue_id, offset, queue.in_flight[offset].lease),
+                queue.in_flight[offset].attempt,
+                queue.in_flight[offset].invisible_until_ms,
+            )
+            for offset in sorted(delivered)
+            if (message := messages[offset]) is not None and offset in queue.in_flight
+        ]
+
+    async def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
+        """Acknowledge one delivery; raises :class:`InvalidReceiptHandle` for foreign text."""
+        receipt = self._receipt(handle)
+        outcome, record = self.state.ack(
+            PopKey(group, topic, receipt.queue_id), receipt.offset, receipt.lease
+        )
+        if record is not None:
+            await self._persist([record])
+            self.acked += 1
+        return outcome
+
+    async def change_invisible(
+        self, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> tuple[AckOutcome, ReceiptHandle | None]:
+        """Hide an in-flight message ``invisible_ms`` from now; returns its new handle."""
+        receipt = self._receipt(handle)
+        key = PopKey(group, topic, receipt.queue_id)
+        outcome, record = self.state.change_invisible(
+            key, receipt.offset, receipt.lease, self._clock.now_ms(), invisible_ms
+        )
+        if record is None:
+            return outcome, None
+        await self._persist([record])
+        return outcome, ReceiptHandle(self._broker_name, receipt.queue_id, receipt.offset, record.lease)
+
+    def _receipt(self, handle: str) -> ReceiptHandle:
+        receipt = ReceiptHandle.decode(handle)
+        if receipt.broker_name != self._broker_name:
+            raise InvalidReceiptHandle(
+                f"receipt handle {handle!r} is of broker {receipt.broker_name}, not {self._broker_name}"
+            )
+        return receipt
+
+    def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        queue = self._store.consume_queue(topic, queue_id)
+        unit = queue.unit_at(offset) if queue is not None and offset >= queue.min_offset else None
+        return self._store.message_at(unit[0]) if unit else None
+
+    async def _dead_letter(self, key: PopKey, offset: int) -> bool:
+        """Store the message in the group's dead-letter topic; False when the store refused."""
+        message = self._read(key.topic, key.queue_id, offset)
+        if message is None:  # deleted by retention: nothing left to keep
+            return True
+        dead = restore(message)
+        dead.properties = {**dead.properties, Property.ORIGIN_MESSAGE_ID: message.msg_id}
+        dead.topic, dead.queue_id = f"{DLQ_GROUP_TOPIC_PREFIX}{key.group}", 0
+        result = await self._put([dead])
+        if not result.status.stored:
+            log.warning(
+                "dead letter of %s offset %d not stored (%s); retried later", key, offset, result.reason
+            )
+            return False
+        self.dead_lettered += 1
+        return True
+
+    async def _persist(self, pending: Sequence[Record]) -> None:
+        if not pending:
+            return
+        bodies = [records.encode(r) for r in pending]
+        self._since_snapshot += len(bodies)
+        if self._since_snapshot >= SNAPSHOT_EVERY:
+            bodies.append(records.encode_snapshot(self.state))
+            self._since_snapshot = 0
+        result = await self._put(
+            [InboundMessage(topic=POP_LOG_TOPIC, body=b, queue_id=POP_LOG_QUEUE) for b in bodies]
+        )
+        if not result.status.stored:
+            raise PopPersistError(f"{len(bodies)} POP records not stored: {result.reason}")
