@@ -160,6 +160,23 @@ def bench_e2e(
         )
 
 
+@bench.command("v2")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option("--messages", default=5_000, show_default=True, type=click.IntRange(100, 1_000_000))
+@click.option(
+    "--in-flight", default=16, show_default=True, type=click.IntRange(1, 1_024), help="Sends outstanding."
+)
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_v2(as_json: bool, messages: int, in_flight: int, work_dir: Path | None) -> None:
+    """The official Apache RocketMQ 5 Python client through orbitmq proxy, against orbitmq's own client."""
+    from orbitmq.bench.figures import emit
+    from orbitmq.bench.v2 import run
+    from orbitmq.cli.progress import activity, wanted
+
+    with activity("benchmarking the RocketMQ 5 protocol", enabled=wanted(as_json)) as echo:
+        run(lambda f: emit(f, as_json, echo), messages=messages, in_flight=in_flight, work_dir=work_dir)
+
+
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command

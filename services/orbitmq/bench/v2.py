@@ -1,0 +1,215 @@
+"""``orbitmq bench v2``: the official Apache RocketMQ 5 Python client through ``orbitmq proxy``,
+with orbitmq's own client doing the same work against the same cluster in the same run.
+
+Name server, broker and proxy run as child processes; both clients run in this process (the
+official one on its own I/O thread, as it always does). Figures (1 KiB bodies):
+
+* ``v2_send_per_s`` — sends with ``in_flight`` outstanding (the official client's
+  ``send_async``); baseline: orbitmq's producer with as many sends in flight. Target ratio ≥ 0.5.
+* ``v2_send_sequential_per_s`` — one send at a time (each waits for its receipt); baseline:
+  orbitmq's producer the same way.
+* ``v2_produce_to_receive_p99_ms`` — sends paced at 1 000 msg/s, latency from before the send
+  to an orbitmq push consumer's listener; baseline: the same with orbitmq's producer.
+
+Receive and ack through the official client need POP in the broker (not served yet): that
+figure is missing until ``ReceiveMessage`` is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orbitmq.bench.broker import Process, cli
+from orbitmq.bench.e2e import cluster_processes
+from orbitmq.bench.figures import Figure
+from orbitmq.client.consumer import PushConsumer
+from orbitmq.client.consumer_types import ConsumeStatus
+from orbitmq.client.message import Message
+from orbitmq.client.producer import Producer
+from orbitmq.store.record import StoredMessage
+
+BODY = bytes(1024)
+SENT_AT = "bench_sent_us"
+"""User property: wall-clock microseconds just before the send (latency figure)."""
+PACED_RATE = 1_000
+PACED_SECONDS = 5
+
+
+def _official() -> Any:
+    """The official client's modules; it logs under $HOME/logs on import, so HOME is a temporary
+    directory for the import."""
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = str(Path(tempfile.gettempdir()) / "orbitmq-rocketmq-python-client")
+    try:
+        import rocketmq.v5.client as client
+        import rocketmq.v5.model as model
+        import rocketmq.v5.producer as producer
+    except ImportError:
+        raise click.ClickException(
+            "orbitmq bench v2 needs the official client: pip install 'rocketmq-python-client>=5.1.2,<5.2' "
+            "(it comes with orbitmq's test extra)"
+        ) from None
+    finally:
+        if home is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = home
+    return client, model, producer
+
+
+def _official_message(model: Any, topic: str, **properties: str) -> Any:
+    message = model.Message()
+    message.topic = topic
+    message.body = BODY
+    for key, value in properties.items():
+        message.add_property(key, value)
+    return message
+
+
+def _official_sends(proxy: str, topic: str, count: int, in_flight: int) -> tuple[float, float]:
+    """(sequential msg/s, in-flight msg/s) of the official producer; blocking."""
+    client, model, producer_module = _official()
+    producer = producer_module.Producer(client.ClientConfiguration(proxy, client.Credentials()), [topic])
+    producer.startup()
+    try:
+        producer.send(_official_message(model, topic))  # routes and channel warm
+        started = time.perf_counter()
+        for _ in range(count):
+            producer.send(_official_message(model, topic))
+        sequential = count / (time.perf_counter() - started)
+        started = time.perf_counter()
+        window: list[Any] = []
+        for _ in range(count):
+            window.append(producer.send_async(_official_message(model, topic)))
+            if len(window) >= in_flight:
+                window.pop(0).result()
+        for future in window:
+            future.result()
+        concurrent = count / (time.perf_counter() - started)
+    finally:
+        producer.shutdown()
+    return sequential, concurrent
+
+
+async def _orbitmq_sends(namesrv: str, topic: str, count: int, in_flight: int) -> tuple[float, float]:
+    async with Producer("bench-v2", namesrv) as producer:
+        await producer.send(Message(topic, BODY))
+        started = time.perf_counter()
+        for _ in range(count):
+            await producer.send(Message(topic, BODY))
+        sequential = count / (time.perf_counter() - started)
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one() -> None:
+            async with slots:
+                await producer.send(Message(topic, BODY))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(count)))
+        return sequential, count / (time.perf_counter() - started)
+
+
+def _paced_official(proxy: str, topic: str) -> None:
+    client, model, producer_module = _official()
+    producer = producer_module.Producer(client.ClientConfiguration(proxy, client.Credentials()), [topic])
+    producer.startup()
+    try:
+        _pace(
+            lambda: producer.send(_official_message(model, topic, **{SENT_AT: str(time.time_ns() // 1000)}))
+        )
+    finally:
+        producer.shutdown()
+
+
+async def _paced_orbitmq(namesrv: str, topic: str) -> None:
+    async with Producer("bench-v2-paced", namesrv) as producer:
+        started = time.perf_counter()
+        for i in range(PACED_RATE * PACED_SECONDS):
+            delay = started + i / PACED_RATE - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await producer.send(Message(topic, BODY, properties={SENT_AT: str(time.time_ns() // 1000)}))
+
+
+def _pace(send: Callable[[], object]) -> None:
+    started = time.perf_counter()
+    for i in range(PACED_RATE * PACED_SECONDS):
+        delay = started + i / PACED_RATE - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send()
+
+
+async def _latency_p99(namesrv: str, topic: str, produce: Callable[[], Any]) -> float:
+    """p99 ms from before a send to the listener, for sends paced by ``produce``."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def listener(messages: list[StoredMessage]) -> ConsumeStatus:
+        now_us = time.time_ns() // 1000
+        with lock:
+            latencies.extend((now_us - int(m.properties[SENT_AT])) / 1000 for m in messages)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(f"bench-v2-{topic}", namesrv, listener=listener)
+    consumer.subscribe(topic)
+    await consumer.start()
+    await asyncio.sleep(0.5)
+    await produce()
+    deadline = time.monotonic() + 10
+    while len(latencies) < PACED_RATE * PACED_SECONDS and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await consumer.close()
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
+
+
+async def _measure(
+    namesrv: str, proxy: str, emit: Callable[[Figure], None], messages: int, in_flight: int
+) -> None:
+    for topic in ("BenchV2Official", "BenchV2Orbitmq", "BenchV2LatOfficial", "BenchV2LatOrbitmq"):
+        async with Producer("bench-v2-setup", namesrv) as producer:
+            await producer.send(Message(topic, b"create"))
+    theirs = await asyncio.to_thread(_official_sends, proxy, "BenchV2Official", messages, in_flight)
+    ours = await _orbitmq_sends(namesrv, "BenchV2Orbitmq", messages, in_flight)
+    baseline = "orbitmq's producer, same work"
+    emit(
+        Figure(
+            "v2_send_per_s", theirs[1], "msg/s", ours[1], f"{baseline}, {in_flight} in flight", "ratio >= 0.5"
+        )
+    )
+    emit(Figure("v2_send_sequential_per_s", theirs[0], "msg/s", ours[0], f"{baseline}, one at a time"))
+    p99_theirs = await _latency_p99(
+        namesrv, "BenchV2LatOfficial", lambda: asyncio.to_thread(_paced_official, proxy, "BenchV2LatOfficial")
+    )
+    p99_ours = await _latency_p99(
+        namesrv, "BenchV2LatOrbitmq", lambda: _paced_orbitmq(namesrv, "BenchV2LatOrbitmq")
+    )
+    emit(
+        Figure(
+            "v2_produce_to_receive_p99_ms",
+            p99_theirs,
+            "ms",
+            p99_ours,
+            "orbitmq's producer at 1 000 msg/s, same consumer",
+        )
+    )
+
+
+def run(emit: Callable[[Figure], None], *, messages: int, in_flight: int, work_dir: Path | None) -> None:
+    _official()  # fail before starting anything when the client is missing
+    with cluster_processes("v2", work_dir) as (namesrv, _broker):
+        proxy = Process(cli("proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--namesrv", namesrv))
+        try:
+            asyncio.run(_measure(namesrv, proxy.address, emit, messages, in_flight))
+        finally:
+            proxy.stop()
