@@ -18,6 +18,7 @@ import pytest
 from clusterkit import FAST, Collector, eventually
 from sparkkit import ThreadCluster
 
+from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.consumer_types import ConsumeStatus
 from orbitmq.client.message import Message
@@ -197,6 +198,28 @@ def test_help_bad_arguments_and_unknown_names_fail_before_spark(cluster: ThreadC
         submit=False,
     )
     assert narrow.returncode == 2 and "the target must have more queues" in _summary(narrow)["error"]
+
+    async def while_consuming() -> subprocess.CompletedProcess[str]:
+        consumer = PushConsumer("spark-redist-bad", cluster.namesrv, listener=lambda _: None, settings=FAST)
+        consumer.subscribe("SparkRedistBadInput")
+        await consumer.start()
+        try:
+            return await asyncio.to_thread(
+                _run,
+                [*base, "--topic", "SparkRedistBadInput", "--target", "B", "--create-queues", "4"],
+                submit=False,
+            )
+        finally:
+            await consumer.close()
+
+    online = asyncio.run(while_consuming())
+    assert online.returncode == 2 and "consumer(s) online" in _summary(online)["error"], _why(online)
+
+    async def topics() -> list[str]:
+        async with Admin(cluster.namesrv) as admin:
+            return await admin.topic_list()
+
+    assert not {"B", "SparkRedistNarrow"} & set(cluster.run(topics()))  # refused before creating
 
 
 def test_redistribution_copies_the_backlog_once_in_key_order_and_moves_the_offsets(
