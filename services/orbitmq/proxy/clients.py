@@ -112,6 +112,10 @@ class ClientRegistry:
         start = next(self._turn) % len(streams)
         return streams[start:] + streams[:start]
 
+    def client_types(self) -> list[int]:
+        """The type of every known client (as its settings said; unspecified until they came)."""
+        return [info.client_type for info in self._clients.values()]
+
     def topics_published(self) -> set[str]:
         return {t for info in self._clients.values() if info.client_type == v2.PRODUCER for t in info.topics}
 

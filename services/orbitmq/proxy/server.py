@@ -16,6 +16,7 @@ from orbitmq.client.channels import Channels
 from orbitmq.client.producer import Producer
 from orbitmq.common.server import GrpcServer
 from orbitmq.proxy.clients import ClientRegistry
+from orbitmq.proxy.metrics import ProxyMetrics
 from orbitmq.proxy.servicer import MessagingService
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.proxy.transactions import Transactions
@@ -46,7 +47,8 @@ class Proxy:
             send_timeout_ms=settings.send_timeout_ms,
             default_topic_queue_nums=settings.default_topic_queue_nums,
         )
-        self.transactions = Transactions(settings, self.channels, self.clients)
+        self.metrics = ProxyMetrics(self.grpc.registry, self.clients)
+        self.transactions = Transactions(settings, self.channels, self.clients, self.metrics.checks_forwarded)
         self._started = False
         self._closed = False
 
@@ -68,6 +70,7 @@ class Proxy:
             self.transactions,
             self.clients,
             self.settings.advertise or self.address,
+            self.metrics,
         )
         self.grpc.add_service(
             SERVICE_NAME, lambda s: service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, s)

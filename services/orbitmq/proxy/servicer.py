@@ -27,6 +27,7 @@ from orbitmq.common.topics import parse_delay_levels
 from orbitmq.proxy import codes, convert, routes
 from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry
 from orbitmq.proxy.convert import Refused
+from orbitmq.proxy.metrics import ProxyMetrics
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.proxy.transactions import Transactions
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
@@ -52,15 +53,19 @@ POP_LATER = (
 def answers(
     response: Callable[..., R],
 ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
-    """Turn any failure of a unary RPC into ``response(status=...)`` (see the module docstring)."""
+    """Turn any failure of a unary RPC into ``response(status=...)`` (see the module docstring),
+    and count and time every answer by its code."""
 
     def decorate(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         @functools.wraps(handler)
         async def run(self: MessagingService, request: Any, context: grpc.aio.ServicerContext) -> R:
+            started = time.perf_counter()
             try:
-                return await handler(self, request, context)
-            except Exception as error:
-                return response(status=_failure_status(handler.__name__, error))
+                reply = await handler(self, request, context)
+            except Exception as error:  # each is answered with a status; bugs are logged
+                reply = response(status=_failure_status(handler.__name__, error))
+            self.metrics.observe(handler.__name__, reply.status.code, time.perf_counter() - started)  # type: ignore[attr-defined]
+            return reply
 
         return run
 
@@ -98,6 +103,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         transactions: Transactions,
         clients: ClientRegistry,
         advertised: str,
+        metrics: ProxyMetrics,
     ) -> None:
         self._settings = settings
         self._producer = producer
@@ -106,6 +112,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._clients = clients
         self._advertised = routes.endpoints_of(advertised)
         self._delay_levels_ms = parse_delay_levels(settings.delay_levels)
+        self.metrics = metrics
 
     # -- routes and clients --------------------------------------------------------------------
 
@@ -285,39 +292,50 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- not served yet ------------------------------------------------------------------------
 
+    @answers(pb.QueryAssignmentResponse)
     async def QueryAssignment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.QueryAssignmentResponse(status=codes.not_implemented("QueryAssignment", POP_LATER))
 
     async def ReceiveMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        self.metrics.observe("ReceiveMessage", v2.NOT_IMPLEMENTED, 0.0)
         yield pb.ReceiveMessageResponse(status=codes.not_implemented("ReceiveMessage", POP_LATER))
 
+    @answers(pb.AckMessageResponse)
     async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.AckMessageResponse(status=codes.not_implemented("AckMessage", POP_LATER))
 
+    @answers(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         status = codes.not_implemented("ForwardMessageToDeadLetterQueue", POP_LATER)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status)
 
+    @answers(pb.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         status = codes.not_implemented("ChangeInvisibleDuration", POP_LATER)
         return pb.ChangeInvisibleDurationResponse(status=status)
 
     async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        self.metrics.observe("PullMessage", v2.NOT_IMPLEMENTED, 0.0)
         yield pb.PullMessageResponse(status=codes.not_implemented("PullMessage", POP_LATER))
 
+    @answers(pb.UpdateOffsetResponse)
     async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.UpdateOffsetResponse(status=codes.not_implemented("UpdateOffset", POP_LATER))
 
+    @answers(pb.GetOffsetResponse)
     async def GetOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.GetOffsetResponse(status=codes.not_implemented("GetOffset", POP_LATER))
 
+    @answers(pb.QueryOffsetResponse)
     async def QueryOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.QueryOffsetResponse(status=codes.not_implemented("QueryOffset", POP_LATER))
 
+    @answers(pb.RecallMessageResponse)
     async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         why = "delayed messages wait in delay levels, which cannot take one message back"
         return pb.RecallMessageResponse(status=codes.not_implemented("RecallMessage", why))
 
+    @answers(pb.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         why = "lite topics are not part of orbitmq"
         return pb.SyncLiteSubscriptionResponse(status=codes.not_implemented("SyncLiteSubscription", why))

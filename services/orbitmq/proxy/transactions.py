@@ -22,6 +22,7 @@ import contextlib
 import logging
 
 import grpc
+from prometheus_client import Counter
 
 from orbitmq.client.channels import Channels
 from orbitmq.client.message import SendResult
@@ -66,9 +67,12 @@ class Transactions:
         settings: send budget, heartbeat period.
         channels: the proxy's channels to name servers and brokers.
         clients: the live v2 clients, to find a producer of a topic for a check-back.
+        forwarded: counts check-backs pushed to a producer.
     """
 
-    def __init__(self, settings: ProxySettings, channels: Channels, clients: ClientRegistry) -> None:
+    def __init__(
+        self, settings: ProxySettings, channels: Channels, clients: ClientRegistry, forwarded: Counter
+    ) -> None:
         self._settings = settings
         self._channels = channels
         self._clients = clients
@@ -81,7 +85,7 @@ class Transactions:
         self._masters: dict[str, str] = {}
         self._changed = asyncio.Event()
         self._tasks = TaskSet("proxy-transactions")
-        self.checks_forwarded = 0
+        self._forwarded = forwarded
 
     async def start(self) -> None:
         self._tasks.spawn("heartbeat", self._heartbeat_loop())
@@ -215,7 +219,7 @@ class Transactions:
                 )
             )
             if stream.push(command):
-                self.checks_forwarded += 1
+                self._forwarded.inc()
                 return
 
 

@@ -48,6 +48,13 @@ async def test_send_message_normal_keeps_body_tag_keys_and_user_properties(clust
                 "V2Normal", BINARY + bytes([i]), tag="TagA", keys=("order-1", f"k{i}"), color="red", n=str(i)
             )
             receipts.append(await call(producer.send, sent))
+        # the settings on the telemetry stream say what the client is: that may trail the sends
+        deadline = time.monotonic() + 5
+        while await cluster.metric("orbitmq_proxy_clients", client_type="PRODUCER") != 1:
+            assert time.monotonic() < deadline, "the producer never showed in orbitmq_proxy_clients"
+            await asyncio.sleep(0.05)
+    assert await cluster.metric("orbitmq_proxy_requests_total", rpc="SendMessage", code="OK") == 3
+    assert await cluster.metric("orbitmq_proxy_clients", client_type="PRODUCER") == 0, "gone after shutdown"
     received = await cluster.receive("V2Normal", 3)
     assert sorted(m.body for m in received) == sorted(BINARY + bytes([i]) for i in range(3))
     by_id = {m.properties["UNIQ_KEY"]: m for m in received}
@@ -154,6 +161,7 @@ async def test_telemetry_recover_orphaned_transaction_asks_the_checker_and_appli
     assert [m.body for m in received] == [b"orphan"]
     assert received[0].properties["UNIQ_KEY"] == receipt.message_id
     assert len(checker.asked) >= 1
+    assert await cluster.metric("orbitmq_proxy_transaction_checks_forwarded_total") >= 1
     asked = checker.asked[0]
     assert (asked.topic, asked.body, asked.message_id) == ("V2TxCheck", b"orphan", receipt.message_id)
     assert (asked.tag, set(asked.keys), asked.properties.get("why")) == ("t", {"c-1"}, "crash")

@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
 from brokerkit import RunningBroker, start_broker, stop_broker
+from prometheus_client.parser import text_string_to_metric_families
 
 from orbitmq.client.pull_consumer import PullConsumer, PullStatus
 from orbitmq.nameserver.server import NameServer
@@ -57,6 +59,20 @@ class V2Cluster:
         """What a RocketMQ 5 application is configured with: the proxy's address."""
         return self.proxy.address
 
+    async def metric(self, name: str, **labels: str) -> float:
+        """One sample of the proxy's /metrics page (0 when the series does not exist)."""
+
+        def scrape() -> str:
+            assert self.proxy.grpc.metrics_url is not None
+            with urllib.request.urlopen(self.proxy.grpc.metrics_url, timeout=5) as reply:
+                return reply.read().decode()
+
+        for family in text_string_to_metric_families(await asyncio.to_thread(scrape)):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return sample.value
+        return 0.0
+
     async def receive(self, topic: str, count: int, within_s: float = 20.0) -> list[StoredMessage]:
         """``count`` messages of ``topic`` read with orbitmq's own pull consumer (every queue
         from offset 0), in queue order; fails after ``within_s`` with what arrived so far."""
@@ -84,7 +100,9 @@ async def v2_cluster(root: Path, **broker_overrides: Any) -> AsyncIterator[V2Clu
         root / "broker-a", namesrv=namesrv.address, broker_name="broker-a", **broker_overrides
     )
     proxy = Proxy(
-        ProxySettings(listen="127.0.0.1:0", metrics_listen=None, namesrv=namesrv.address, grace_ms=200)
+        ProxySettings(
+            listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", namesrv=namesrv.address, grace_ms=200
+        )
     )
     await proxy.start()
     try:
