@@ -166,3 +166,18 @@ async def test_telemetry_recover_orphaned_transaction_asks_the_checker_and_appli
     assert (asked.topic, asked.body, asked.message_id) == ("V2TxCheck", b"orphan", receipt.message_id)
     assert (asked.tag, set(asked.keys), asked.properties.get("why")) == ("t", {"c-1"}, "crash")
     await asyncio.sleep(0)  # nothing else pending
+
+
+async def test_resource_namespace_maps_to_a_prefixed_orbitmq_topic(cluster: V2Cluster) -> None:
+    """Resource namespaces: a client configured with namespace ``tenant1`` publishes topic ``T``
+    as orbitmq topic ``tenant1%T`` (RocketMQ's wrapping), also for transactions and their
+    check-backs, so tenants sharing a cluster do not share topics."""
+    checker = Checker(TransactionResolution.COMMIT)
+    async with official_producer(cluster.endpoint, ["V2Tenant"], checker, namespace="tenant1") as producer:
+        await call(producer.send, message("V2Tenant", b"plain"))
+        transaction = await call(producer.begin_transaction)
+        await call(producer.send, message("V2Tenant", b"checked"), transaction)
+        received = await cluster.receive("tenant1%V2Tenant", 2, within_s=20)
+    assert sorted(m.body for m in received) == [b"checked", b"plain"]
+    assert await cluster.receive("V2Tenant", 1, within_s=0.3) == []
+    assert [(m.topic, m.namespace) for m in checker.asked[:1]] == [("V2Tenant", "tenant1")]

@@ -127,10 +127,10 @@ class Checker(TransactionChecker):
 
 @contextlib.asynccontextmanager
 async def official_producer(
-    endpoint: str, topics: list[str], checker: TransactionChecker | None = None
+    endpoint: str, topics: list[str], checker: TransactionChecker | None = None, namespace: str = ""
 ) -> AsyncIterator[Producer]:
     """The official client's producer, started (QueryRoute, Telemetry) and shut down in a thread."""
-    config = ClientConfiguration(endpoint, Credentials())
+    config = ClientConfiguration(endpoint, Credentials(), namespace)
     producer = Producer(config, topics, checker)
     await asyncio.to_thread(producer.startup)
     try:
