@@ -177,6 +177,40 @@ def bench_v2(as_json: bool, messages: int, in_flight: int, work_dir: Path | None
         run(lambda f: emit(f, as_json, echo), messages=messages, in_flight=in_flight, work_dir=work_dir)
 
 
+@bench.command("spark")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option("--messages", default=1_000_000, show_default=True, type=click.IntRange(10_000, 10_000_000))
+@click.option(
+    "--max-offsets-per-trigger",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1_000, 10_000_000),
+    help="The stream's micro-batch size (at most half of --messages).",
+)
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_spark(as_json: bool, messages: int, max_offsets_per_trigger: int, work_dir: Path | None) -> None:
+    """The Spark data source reading a backlog (batch count, stream) against a pull consumer."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise click.UsageError("bench spark needs PySpark: pip install 'orbitmq[spark]'") from None
+    from orbitmq.bench.figures import emit
+    from orbitmq.bench.spark import run
+
+    if messages < 2 * max_offsets_per_trigger:
+        raise click.BadParameter(
+            f"{messages} must be at least twice --max-offsets-per-trigger {max_offsets_per_trigger} "
+            "(the sustained rate leaves the first micro-batch out)",
+            param_hint="--messages",
+        )
+    run(
+        lambda f: emit(f, as_json),
+        messages=messages,
+        work_dir=work_dir,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )
+
+
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command
