@@ -181,3 +181,20 @@ async def test_resource_namespace_maps_to_a_prefixed_orbitmq_topic(cluster: V2Cl
     assert sorted(m.body for m in received) == [b"checked", b"plain"]
     assert await cluster.receive("V2Tenant", 1, within_s=0.3) == []
     assert [(m.topic, m.namespace) for m in checker.asked[:1]] == [("V2Tenant", "tenant1")]
+
+
+async def test_send_message_rides_out_a_broker_restart_behind_the_proxy(cluster: V2Cluster) -> None:
+    """SendMessage while the only broker restarts: the proxy's orbitmq producer retries on fresh
+    routes within the client's deadline, so the official client gets a receipt (RocketMQ 5
+    clients only know the proxy's endpoint; failover is the proxy's job)."""
+    async with official_producer(cluster.endpoint, ["V2Restart"]) as producer:
+        await call(producer.send, message("V2Restart", b"before"))
+        address = await cluster.stop_broker()
+        during = asyncio.ensure_future(call(producer.send, message("V2Restart", b"during")))
+        await asyncio.sleep(0.5)
+        assert not during.done(), "the send should wait for the broker, not fail at once"
+        await cluster.start_broker(address)
+        receipt = await asyncio.wait_for(during, 15)
+        received = await cluster.receive("V2Restart", 2)
+    assert {b"before", b"during"} <= {m.body for m in received}
+    assert receipt.message_id in {m.properties["UNIQ_KEY"] for m in received}

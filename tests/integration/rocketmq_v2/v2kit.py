@@ -53,6 +53,20 @@ class V2Cluster:
     namesrv: NameServer
     broker: RunningBroker
     proxy: Proxy
+    broker_dir: Path
+    broker_options: dict[str, Any]
+
+    async def stop_broker(self) -> str:
+        """Stop the broker gracefully; returns its address, for :meth:`start_broker`."""
+        address = self.broker.broker.address
+        await stop_broker(self.broker)
+        return address
+
+    async def start_broker(self, address: str) -> None:
+        """Start the broker again on its data and its old address."""
+        self.broker = await start_broker(
+            self.broker_dir, namesrv=self.namesrv.address, listen=address, **self.broker_options
+        )
 
     @property
     def endpoint(self) -> str:
@@ -106,10 +120,14 @@ async def v2_cluster(root: Path, **broker_overrides: Any) -> AsyncIterator[V2Clu
     )
     await proxy.start()
     try:
-        yield V2Cluster(namesrv, broker, proxy)
+        cluster = V2Cluster(
+            namesrv, broker, proxy, root / "broker-a", {"broker_name": "broker-a", **broker_overrides}
+        )
+        yield cluster
     finally:
         await proxy.close()
-        await stop_broker(broker)
+        if not cluster.broker.broker.closing:
+            await stop_broker(cluster.broker)
         await namesrv.close()
 
 
