@@ -4,7 +4,9 @@ redelivery, tag filters, dead letters, and state that survives closing and reope
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from storekit import message, tiny_config
 from orbitmq.broker.pop.handles import InvalidReceiptHandle
 from orbitmq.broker.pop.service import PopService
 from orbitmq.broker.pop.state import AckOutcome, PopKey
-from orbitmq.common.clock import ManualClock
+from orbitmq.common.clock import Clock, ManualClock, SystemClock
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import InboundMessage
@@ -49,7 +51,7 @@ def stores(tmp_path: Path, clock: ManualClock) -> Iterator[Callable[[], MessageS
             store.close()
 
 
-def _service(store: MessageStore, clock: ManualClock) -> PopService:
+def _service(store: MessageStore, clock: Clock) -> PopService:
     async def put(messages: list[InboundMessage]) -> PutResult:
         result = store.put_messages(messages)
         store.dispatch_pending()  # the broker's dispatcher builds consume queues right after
@@ -112,7 +114,7 @@ async def test_after_the_maximum_attempts_a_message_goes_to_the_dead_letter_topi
     unit = store.consume_queue(dlq, 0).unit_at(0)
     dead = store.message_at(unit[0])
     assert dead.body == b"m0" and dead.properties["ORIGIN_MESSAGE_ID"]
-    assert pop.state.in_flight_count(PopKey(GROUP, TOPIC, 0)) == 0 and pop.dead_lettered == 1
+    assert pop.state.in_flight_count(PopKey(GROUP, TOPIC, 0)) == 0 and pop.dead_letters[GROUP, TOPIC] == 1
 
 
 async def test_state_survives_reopening_the_store_and_old_handles_still_ack(
@@ -160,3 +162,37 @@ async def test_foreign_receipt_handles_are_refused_naming_the_handle(
     with pytest.raises(InvalidReceiptHandle, match="broker-b"):
         await pop.ack(GROUP, TOPIC, "broker-b:0:0:1")
     assert await pop.ack(GROUP, TOPIC, f"{BROKER}:0:0:1") is AckOutcome.UNKNOWN
+
+
+async def test_long_polling_pop_wakes_when_a_message_is_appended(
+    stores: Callable[[], MessageStore], clock: ManualClock
+) -> None:
+    """ReceiveMessage's long polling: an empty pop is held, and answered as soon as a message is
+    appended to the queue (the dispatcher's notify), not at the end of the wait."""
+    store = stores()
+    pop = _service(store, clock)
+    assert await pop.pop(GROUP, TOPIC, 0, 1, INVISIBLE, wait_ms=150) == [], (
+        "nothing came: empty after the wait"
+    )
+    waiting = asyncio.ensure_future(pop.pop(GROUP, TOPIC, 0, 1, INVISIBLE, wait_ms=10_000))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    started = time.monotonic()
+    _fill(store, "a")
+    pop.notify_append(TOPIC, 0)
+    got = await asyncio.wait_for(waiting, 5)
+    assert [p.message.body for p in got] == [b"m0"] and time.monotonic() - started < 1
+
+
+async def test_long_polling_pop_wakes_when_an_invisible_message_becomes_visible(
+    stores: Callable[[], MessageStore],
+) -> None:
+    store = stores()
+    _fill(store, "a")
+    pop = _service(store, SystemClock())  # invisibility runs out in real time here
+    assert len(await pop.pop(GROUP, TOPIC, 0, 1, 300)) == 1
+    started = time.monotonic()
+    again = await pop.pop(GROUP, TOPIC, 0, 1, INVISIBLE, wait_ms=5_000)
+    assert [(p.message.body, p.attempt) for p in again] == [(b"m0", 2)]
+    assert 0.2 < time.monotonic() - started < 2
+    assert pop.revives[GROUP, TOPIC] == 1 and pop.state.in_flight_by_topic() == {(GROUP, TOPIC): 1}

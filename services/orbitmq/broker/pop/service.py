@@ -10,7 +10,11 @@ The state is changed *before* the put, so two concurrent pops never hand out the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -64,7 +68,13 @@ class PopService:
         self._broker_name = broker_name
         self.state = PopState()
         self._since_snapshot = 0
-        self.dead_lettered = self.acked = self.redelivered = 0
+        self._appended: dict[tuple[str, int], asyncio.Event] = {}
+        self.acks: Tally[tuple[str, str]] = Tally()
+        """Acks by (group, topic); with :attr:`revives` and :attr:`dead_letters`, for metrics."""
+        self.revives: Tally[tuple[str, str]] = Tally()
+        """Expired messages delivered again, by (group, topic)."""
+        self.dead_letters: Tally[tuple[str, str]] = Tally()
+        """Messages moved to the dead-letter topic, by (group, topic)."""
 
     def load(self) -> int:
         """Rebuild the state from the POP log (last snapshot on); returns the records read."""
@@ -79,6 +89,13 @@ class PopService:
         self.state = records.replay(bodies)
         return len(bodies)
 
+    def notify_append(self, topic: str, queue_id: int) -> None:
+        """Messages were appended to the queue (the broker's dispatcher calls this, as it wakes
+        held pulls): pops waiting on it look again."""
+        event = self._appended.pop((topic, queue_id), None)
+        if event is not None:
+            event.set()
+
     async def pop(
         self,
         group: str,
@@ -90,9 +107,38 @@ class PopService:
         fifo: bool = False,
         max_attempts: int = 17,
         tag_filter: TagFilter | None = None,
+        wait_ms: int = 0,
     ) -> list[Popped]:
-        """Up to ``max_nums`` messages of one queue, invisible for ``invisible_ms``."""
+        """Up to ``max_nums`` messages of one queue, invisible for ``invisible_ms``.
+
+        With ``wait_ms`` > 0 an empty answer is held (long polling, as pulls are) until a
+        message is appended (:meth:`notify_append`), an in-flight one becomes visible again, or
+        ``wait_ms`` has passed.
+        """
+        deadline = time.monotonic() + wait_ms / 1000
         key = PopKey(group, topic, queue_id)
+        while True:
+            popped = await self._pop_once(key, max_nums, invisible_ms, fifo, max_attempts, tag_filter)
+            remaining_s = deadline - time.monotonic()
+            if popped or remaining_s <= 0:
+                return popped
+            visible_ms = self.state.next_visible_ms(key)
+            if visible_ms is not None:
+                remaining_s = min(remaining_s, max(0.001, (visible_ms - self._clock.now_ms()) / 1000))
+            appended = self._appended.setdefault((topic, queue_id), asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), remaining_s)
+
+    async def _pop_once(
+        self,
+        key: PopKey,
+        max_nums: int,
+        invisible_ms: int,
+        fifo: bool,
+        max_attempts: int,
+        tag_filter: TagFilter | None,
+    ) -> list[Popped]:
+        group, topic, queue_id = key
         self.state.start_at(key, self._store.min_offset_in_queue(topic, queue_id))
         now = self._clock.now_ms()
         max_offset = self._store.max_offset_in_queue(topic, queue_id)
@@ -113,7 +159,7 @@ class PopService:
         delivered = [o for o in plan.redeliver if messages[o] is not None]
         if delivered:
             pending.append(self.state.deliver(key, delivered, now, invisible_ms))
-            self.redelivered += len(delivered)
+            self.revives[group, topic] += len(delivered)
         run: list[int] = []
         for offset in plan.new:  # in order: runs of wanted offsets are delivered, others skipped
             message = messages[offset]
@@ -152,7 +198,7 @@ class PopService:
         )
         if record is not None:
             await self._persist([record])
-            self.acked += 1
+            self.acks[group, topic] += 1
         return outcome
 
     async def change_invisible(
@@ -196,7 +242,7 @@ class PopService:
                 "dead letter of %s offset %d not stored (%s); retried later", key, offset, result.reason
             )
             return False
-        self.dead_lettered += 1
+        self.dead_letters[key.group, key.topic] += 1
         return True
 
     async def _persist(self, pending: Sequence[Record]) -> None:

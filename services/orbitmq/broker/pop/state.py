@@ -331,6 +331,21 @@ class PopState:
             )
         return state
 
+    def next_visible_ms(self, key: PopKey) -> int | None:
+        """When the first in-flight message of the queue becomes visible again (None: none)."""
+        state = self._queues.get(key)
+        if state is None or not state.in_flight:
+            return None
+        return min(lease.invisible_until_ms for lease in state.in_flight.values())
+
+    def in_flight_by_topic(self) -> dict[tuple[str, str], int]:
+        """Messages in flight per (group, topic), for metrics and admin."""
+        counts: dict[tuple[str, str], int] = {}
+        for key, state in self._queues.items():
+            if state.in_flight:
+                counts[key.group, key.topic] = counts.get((key.group, key.topic), 0) + len(state.in_flight)
+        return counts
+
     def in_flight_count(self, key: PopKey) -> int:
         state = self._queues.get(key)
         return len(state.in_flight) if state else 0
