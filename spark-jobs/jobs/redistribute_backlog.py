@@ -43,8 +43,17 @@ by its source queue, so messages without keys also keep their relative order. Th
 per source queue, as the source's own: when a key's messages sit on several source queues
 (queues were added while producing, which moved the key), each queue's part keeps its order.
 
-Stdout ends with one JSON line (``{"job": "redistribute_backlog", ...}``). Exit status 2 is bad
-arguments, an unknown topic or group, or online consumers; 1 any other failure.
+Size. The source offsets already copied (step 2) are collected on the driver and broadcast to
+the tasks, a few dozen bytes per copied message: fine for tens of millions of messages. A batch
+send that timed out on the client but was stored may be stored twice (the producer retries);
+such a copy carries the same ``orbitmqCopyFrom``, by which consumers can drop it.
+
+Stdout ends with one JSON line: ``{"job": "redistribute_backlog", "status": "ok", "backlog": N,
+"copied": sent by this run, "already_copied": skipped, "expired": committed messages retention
+removed, "offsets": {"broker:queue": [committed before, after]}, "target_offsets": {where the
+group starts on the target}, "consumed_meanwhile": N, ...}``, or ``"status": "error"`` with
+``"error"``. Exit status 2 is bad arguments, an unknown topic or group, or online consumers;
+1 any other failure (rerun the job as is: it picks up where this one stopped).
 """
 
 from __future__ import annotations

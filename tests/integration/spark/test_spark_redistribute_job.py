@@ -359,6 +359,8 @@ def test_a_rerun_after_a_failed_copy_copies_the_rest_without_duplicates(cluster:
     assert summary["already_copied"] == len(partial) and summary["created_target"] is False
     assert summary["copied"] + summary["already_copied"] == summary["backlog"] == len(backlog)
     _check_copy(cluster, target, backlog, "shard")
+    # The group starts on the target where the first run's copy began, not at its max offsets.
+    assert {c for c, _ in _offsets(cluster, group, target).values()} == {0}
     assert {q: c for q, (c, _) in _offsets(cluster, group, topic).items()} == {
         q: high for q, (_, high) in before.items()
     }
