@@ -6,6 +6,7 @@ official one on its own I/O thread, as it always does). Figures (1 KiB bodies):
 
 * ``v2_send_per_s`` — sends with ``in_flight`` outstanding (the official client's
   ``send_async``); baseline: orbitmq's producer with as many sends in flight. Target ratio ≥ 0.5.
+  Both throughput figures alternate rounds of each side, so a change of load hits both alike.
 * ``v2_send_sequential_per_s`` — one send at a time (each waits for its receipt); baseline:
   orbitmq's producer the same way.
 * ``v2_produce_to_receive_p99_ms`` — sends paced at 1 000 msg/s, latency from before the send
@@ -42,6 +43,8 @@ SENT_AT = "bench_sent_us"
 """User property: wall-clock microseconds just before the send (latency figure)."""
 PACED_RATE = 1_000
 PACED_SECONDS = 5
+ROUNDS = 4
+"""Throughput is measured in this many alternating rounds per side."""
 
 
 def _official() -> Any:
@@ -75,47 +78,83 @@ def _official_message(model: Any, topic: str, **properties: str) -> Any:
     return message
 
 
-def _official_sends(proxy: str, topic: str, count: int, in_flight: int) -> tuple[float, float]:
-    """(sequential msg/s, in-flight msg/s) of the official producer; blocking."""
-    client, model, producer_module = _official()
-    producer = producer_module.Producer(client.ClientConfiguration(proxy, client.Credentials()), [topic])
-    producer.startup()
-    try:
-        producer.send(_official_message(model, topic))  # routes and channel warm
+class _OfficialSender:
+    """A started official producer; each method blocks (call it in a thread)."""
+
+    def __init__(self, proxy: str, topic: str) -> None:
+        client, self._model, producer_module = _official()
+        self._topic = topic
+        self._producer = producer_module.Producer(
+            client.ClientConfiguration(proxy, client.Credentials()), [topic]
+        )
+        self._producer.startup()
+        self._producer.send(self._message())  # routes and channel warm
+
+    def _message(self) -> Any:
+        return _official_message(self._model, self._topic)
+
+    def one_at_a_time(self, count: int) -> float:
+        """Seconds for ``count`` sends, each waiting for its receipt."""
         started = time.perf_counter()
         for _ in range(count):
-            producer.send(_official_message(model, topic))
-        sequential = count / (time.perf_counter() - started)
+            self._producer.send(self._message())
+        return time.perf_counter() - started
+
+    def in_flight(self, count: int, in_flight: int) -> float:
+        """Seconds for ``count`` sends with ``in_flight`` outstanding (``send_async``)."""
         started = time.perf_counter()
         window: list[Any] = []
         for _ in range(count):
-            window.append(producer.send_async(_official_message(model, topic)))
+            window.append(self._producer.send_async(self._message()))
             if len(window) >= in_flight:
                 window.pop(0).result()
         for future in window:
             future.result()
-        concurrent = count / (time.perf_counter() - started)
-    finally:
-        producer.shutdown()
-    return sequential, concurrent
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self._producer.shutdown()
 
 
-async def _orbitmq_sends(namesrv: str, topic: str, count: int, in_flight: int) -> tuple[float, float]:
-    async with Producer("bench-v2", namesrv) as producer:
+async def _orbitmq_one_at_a_time(producer: Producer, topic: str, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
         await producer.send(Message(topic, BODY))
-        started = time.perf_counter()
-        for _ in range(count):
+    return time.perf_counter() - started
+
+
+async def _orbitmq_in_flight(producer: Producer, topic: str, count: int, in_flight: int) -> float:
+    slots = asyncio.Semaphore(in_flight)
+
+    async def one() -> None:
+        async with slots:
             await producer.send(Message(topic, BODY))
-        sequential = count / (time.perf_counter() - started)
-        slots = asyncio.Semaphore(in_flight)
 
-        async def one() -> None:
-            async with slots:
-                await producer.send(Message(topic, BODY))
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(count)))
+    return time.perf_counter() - started
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(count)))
-        return sequential, count / (time.perf_counter() - started)
+
+async def _throughput(
+    namesrv: str, proxy: str, messages: int, in_flight: int
+) -> dict[str, tuple[float, float]]:
+    """msg/s (official, orbitmq) one at a time and with ``in_flight`` outstanding, measured in
+    alternating rounds so a change of the machine's load hits both sides alike."""
+    official = await asyncio.to_thread(_OfficialSender, proxy, "BenchV2Official")
+    seconds = {"one": [0.0, 0.0], "flight": [0.0, 0.0]}
+    per_round = max(1, messages // ROUNDS)
+    try:
+        async with Producer("bench-v2", namesrv) as ours:
+            await ours.send(Message("BenchV2Orbitmq", BODY))
+            for _ in range(ROUNDS):
+                seconds["one"][0] += await asyncio.to_thread(official.one_at_a_time, per_round)
+                seconds["one"][1] += await _orbitmq_one_at_a_time(ours, "BenchV2Orbitmq", per_round)
+                seconds["flight"][0] += await asyncio.to_thread(official.in_flight, per_round, in_flight)
+                seconds["flight"][1] += await _orbitmq_in_flight(ours, "BenchV2Orbitmq", per_round, in_flight)
+    finally:
+        await asyncio.to_thread(official.close)
+    total = per_round * ROUNDS
+    return {name: (total / theirs, total / mine) for name, (theirs, mine) in seconds.items()}
 
 
 def _paced_official(proxy: str, topic: str) -> None:
@@ -179,15 +218,20 @@ async def _measure(
     for topic in ("BenchV2Official", "BenchV2Orbitmq", "BenchV2LatOfficial", "BenchV2LatOrbitmq"):
         async with Producer("bench-v2-setup", namesrv) as producer:
             await producer.send(Message(topic, b"create"))
-    theirs = await asyncio.to_thread(_official_sends, proxy, "BenchV2Official", messages, in_flight)
-    ours = await _orbitmq_sends(namesrv, "BenchV2Orbitmq", messages, in_flight)
+    rates = await _throughput(namesrv, proxy, messages, in_flight)
     baseline = "orbitmq's producer, same work"
+    flight, one = rates["flight"], rates["one"]
     emit(
         Figure(
-            "v2_send_per_s", theirs[1], "msg/s", ours[1], f"{baseline}, {in_flight} in flight", "ratio >= 0.5"
+            "v2_send_per_s",
+            flight[0],
+            "msg/s",
+            flight[1],
+            f"{baseline}, {in_flight} in flight",
+            "ratio >= 0.5",
         )
     )
-    emit(Figure("v2_send_sequential_per_s", theirs[0], "msg/s", ours[0], f"{baseline}, one at a time"))
+    emit(Figure("v2_send_sequential_per_s", one[0], "msg/s", one[1], f"{baseline}, one at a time"))
     p99_theirs = await _latency_p99(
         namesrv, "BenchV2LatOfficial", lambda: asyncio.to_thread(_paced_official, proxy, "BenchV2LatOfficial")
     )
