@@ -173,7 +173,8 @@ def test_shipped_arguments_are_what_the_job_accepts(path: Path) -> None:
     app = sparkopkit.manifest_docs(path)[0]
     main = PurePosixPath(main_file(path))
     assert app["spec"]["mainApplicationFile"] == f"local://{IMAGE_JOBS / main.name}"
-    env = {**os.environ, "PYTHONPATH": str(JOBS.parent)}
+    # As spark-submit runs a job: its directory first on sys.path (a job may import a sibling).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(JOBS), str(JOBS.parent)])}
     parsed = subprocess.run(
         [sys.executable, "-c", PARSE, str(JOBS / main.name), json.dumps(app["spec"]["arguments"])],
         env=env,
@@ -231,6 +232,7 @@ def test_kustomizations_set_namespace_and_image_and_apply(k8s_cluster: K8sCluste
             ("SparkApplication", "orbitmq-lag-report"),
         ],
         "backlog-redistribution": [("SparkApplication", "orbitmq-backlog-redistribution")],
+        "stream-copy": [("SparkApplication", "orbitmq-stream-copy")],
     }
     binding = next(doc for doc in rendered["manifests"] if doc["kind"] == "RoleBinding")
     assert binding["subjects"] == [
@@ -246,16 +248,19 @@ def test_kustomizations_set_namespace_and_image_and_apply(k8s_cluster: K8sCluste
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_shipped_application_reaches_its_driver_pod_reruns_and_completes(
+def test_shipped_application_reaches_its_driver_pod_and_reruns(
     k8s_cluster: K8sCluster, namespace: str, data_volume: str, tmp_path: Path, path: Path
 ) -> None:
-    """Applied -> driver pod as specified, RUNNING; the driver fails -> rerun (OnFailure) with a
-    new submission; the second driver succeeds -> COMPLETED after two attempts."""
+    """Applied -> driver pod as specified, RUNNING; the driver fails -> rerun with a new
+    submission; the second driver succeeds -> COMPLETED after two attempts (``OnFailure``: the
+    batch jobs), or started a third time (``Always``: the stream copy, a query that runs until
+    deleted)."""
     with sparkopkit.running_spark_operator(k8s_cluster, namespace, tmp_path) as operator:
         # The shipped retry interval (30 s) shortened: the rerun is the controller's either way.
         manifest = shipped_app(path, operator, restartPolicy={"onFailureRetryInterval": 5})
         name = manifest["metadata"]["name"]
-        assert manifest["spec"]["restartPolicy"]["type"] == "OnFailure"
+        policy = manifest["spec"]["restartPolicy"]["type"]
+        assert policy == ("Always" if "stream" in name else "OnFailure")
         k8s_cluster.apply(manifest)
         app = sparkopkit.wait_state(k8s_cluster, operator, name, ("RUNNING",))
         first = sparkopkit.driver_pod(k8s_cluster, namespace, app)
@@ -266,13 +271,14 @@ def test_shipped_application_reaches_its_driver_pod_reruns_and_completes(
 
         sparkopkit.finish_driver(k8s_cluster, namespace, first, exit_code=1)
 
-        def rerun() -> bool:
+        def attempts_running(attempts: int) -> bool:
             current = sparkopkit.get_app(k8s_cluster, namespace, name)
-            return (
-                current["status"].get("executionAttempts") == 2 and sparkopkit.app_state(current) == "RUNNING"
-            )
+            status = current["status"]
+            return status.get("executionAttempts") == attempts and sparkopkit.app_state(current) == "RUNNING"
 
-        k8s_cluster.wait_for(f"{name} rerun after the failed driver", rerun, timeout=120)
+        k8s_cluster.wait_for(
+            f"{name} rerun after the failed driver", lambda: attempts_running(2), timeout=120
+        )
         app = sparkopkit.get_app(k8s_cluster, namespace, name)
         second = sparkopkit.driver_pod(k8s_cluster, namespace, app)
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
@@ -282,9 +288,16 @@ def test_shipped_application_reaches_its_driver_pod_reruns_and_completes(
         check_driver_pod(second, app, manifest)
 
         sparkopkit.finish_driver(k8s_cluster, namespace, second, exit_code=0)
-        done = sparkopkit.wait_state(k8s_cluster, operator, name, ("COMPLETED",))
-        assert done["status"]["executionAttempts"] == 2
-        assert done["status"]["terminationTime"]
+        if policy == "Always":
+            k8s_cluster.wait_for(f"{name} started again after its driver ended", lambda: attempts_running(3))
+            third = sparkopkit.driver_pod(
+                k8s_cluster, namespace, sparkopkit.get_app(k8s_cluster, namespace, name)
+            )
+            assert third["metadata"]["uid"] != second["metadata"]["uid"]
+        else:
+            done = sparkopkit.wait_state(k8s_cluster, operator, name, ("COMPLETED",))
+            assert done["status"]["executionAttempts"] == 2
+            assert done["status"]["terminationTime"]
         events = k8s_cluster.get_json(
             "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
         )
