@@ -23,7 +23,7 @@ from orbitmq.client.producer import Producer
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.store.record import StoredMessage
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(480)
 
 JOB = Path(__file__).resolve().parents[3] / "spark-jobs" / "jobs" / "archive.py"
 BIN = Path(sys.executable).parent
@@ -225,9 +225,9 @@ def test_runs_killed_mid_write_and_before_the_offsets_file_rerun_without_loss_or
     topic, out = "SparkArchiveKill", tmp_path / "archive"
     cluster.create_topic(topic, 2)
     _send_batches(cluster, topic, "a", 40, 50)  # 2 000 messages
-    args = ["--namesrv", cluster.namesrv, "--topic", topic, "--output", str(out), "--min-partitions", "40"]
+    args = ["--namesrv", cluster.namesrv, "--topic", topic, "--output", str(out), "--min-partitions", "16"]
 
-    # Killed while Spark's tasks write (40 tasks on two cores): before anything is committed.
+    # Killed while Spark's tasks write (16 tasks on two cores): before anything is committed.
     writing = _start(launched, args, tmp_path / "writing.log")
     _wait_for((out, "_temporary/*"), writing, 150)
     _kill(writing)
