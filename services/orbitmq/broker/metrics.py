@@ -255,3 +255,35 @@ def _disk_gauges(directory: Path, broker: str) -> Iterator[GaugeMetricFamily]:
     )
     available.add_metric([broker], stats.f_bavail * stats.f_frsize)
     yield available
+
+
+class PopCollector(Collector):
+    """POP consumption figures (see :mod:`orbitmq.broker.pop`), read from the broker's
+    :class:`~orbitmq.broker.pop.service.PopService` when scraped: messages in flight now, and
+    acks, revives (expired messages delivered again) and dead letters since the start."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        b = self._broker
+        pop = getattr(b, "pop", None)
+        if pop is None:
+            return
+        name = b.settings.broker_name
+        labels = ["group", "topic", "broker"]
+        in_flight = GaugeMetricFamily(
+            "orbitmq_pop_in_flight", "POP deliveries not yet acked (invisible or expired)", labels=labels
+        )
+        for (group, topic), count in sorted(pop.state.in_flight_by_topic().items()):
+            in_flight.add_metric([group, topic, name], count)
+        yield in_flight
+        for metric, help_text, tally in (
+            ("orbitmq_pop_acks", "POP deliveries acked", pop.acks),
+            ("orbitmq_pop_revives", "POP deliveries expired and handed out again", pop.revives),
+            ("orbitmq_pop_dead_letters", "POP messages moved to the dead-letter topic", pop.dead_letters),
+        ):
+            family = CounterMetricFamily(metric, help_text, labels=labels)
+            for (group, topic), count in sorted(tally.items()):
+                family.add_metric([group, topic, name], count)
+            yield family

@@ -31,7 +31,8 @@ from orbitmq.broker.ha import (
 )
 from orbitmq.broker.locks import LockTable
 from orbitmq.broker.long_polling import PullHolds
-from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector
+from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector, PopCollector
+from orbitmq.broker.pop.service import PopService
 from orbitmq.broker.reput import detour
 from orbitmq.broker.schedule import ScheduleService
 from orbitmq.broker.servicer import BrokerServicer
@@ -42,7 +43,7 @@ from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, StartupError, split_host_port
 from orbitmq.common.tasks import TaskSet
-from orbitmq.common.topics import SCHEDULE_TOPIC, Property
+from orbitmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, Property
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import BrokerConfigTables, Permission, TopicConfig
 from orbitmq.store.message_filter import TagFilter
@@ -161,9 +162,14 @@ class Broker:
             check_interval_ms=settings.transaction_check_interval_ms,
         )
         self.transactions.load()
+        self.pop = PopService(self.store, self._pop_put, self.clock, settings.broker_name)
+        if not self.is_slave:  # a slave's POP state is rebuilt when it is promoted
+            await asyncio.to_thread(self.pop.load)
         self.service.add_queue_listener(self.holds.on_queue_grow)
+        self.service.add_queue_listener(self._pop_appended)
         self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
+        self.grpc.registry.register(PopCollector(self))
         await self.grpc.start()
         if not self.is_slave:
             self._start_master_work()
@@ -264,6 +270,9 @@ class Broker:
                     )
                 await self._stop_replication()
                 await asyncio.to_thread(self.store.become_master)
+                # The POP records replicated so far are the state the old master served:
+                # rebuilt before this broker answers POP requests as master.
+                await asyncio.to_thread(self.pop.load)
                 self.store.role = role
                 start = self.store.commitlog.max_offset
                 await asyncio.to_thread(self._begin_epoch, epoch, start)
@@ -399,6 +408,17 @@ class Broker:
         return result.with_status(
             PutStatus.FLUSH_SLAVE_TIMEOUT, f"no slave acknowledged within {timeout_ms} ms"
         )
+
+    def _pop_appended(self, topic: str, queue_id: int, max_offset: int) -> None:
+        self.pop.notify_append(topic, queue_id)
+
+    async def _pop_put(self, messages: list[InboundMessage]) -> PutResult:
+        """POP records and dead letters, acknowledged as sends are; a dead-letter topic is
+        created (read-only, as ``send_back`` creates it) before its first message."""
+        for message in messages:
+            if message.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                self.topics.ensure(message.topic, 1, DLQ_PERM)
+        return await self.put(messages)
 
     async def _put_one(self, message: InboundMessage) -> PutResult:
         return await self.service.put_message(message)

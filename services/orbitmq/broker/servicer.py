@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
 from orbitmq.broker.ha import HaServicer
+from orbitmq.broker.pop.handles import InvalidReceiptHandle
+from orbitmq.broker.pop.service import PopPersistError
+from orbitmq.broker.pop.state import AckOutcome
 from orbitmq.broker.reput import detour
 from orbitmq.broker.topic_changes import (
     Backlog,
@@ -64,6 +67,13 @@ _NO_NEW = (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE)
 _MOVED = (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL)
 _EMPTY_QUEUE = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
 MAX_PULL_BATCH = 1024
+_T = TypeVar("_T")
+_ACK_RESULT = {
+    AckOutcome.ACKED: broker_pb2.ACK_OK,
+    AckOutcome.ALREADY_DONE: broker_pb2.ACK_ALREADY_DONE,
+    AckOutcome.STALE: broker_pb2.ACK_STALE_HANDLE,
+    AckOutcome.UNKNOWN: broker_pb2.ACK_UNKNOWN_HANDLE,
+}
 _DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED})
 _DETOUR_NAMES = tuple(name.encode() for name in sorted(_DETOUR_KEYS))
 _TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "order")
@@ -455,6 +465,112 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         self._writable()
         await self.b.send_back(request)
         return broker_pb2.SendBackResponse()
+
+    async def PopMessage(self, request: broker_pb2.PopMessageRequest, context):
+        b = self.b
+        self._writable()  # a pop stores its records: a master's work
+        group = b.topics.group(request.consumer_group)
+        if not group.consume_enable:
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION, f"consumer group {group.group_name!r} may not consume now"
+            )
+        if request.queue_id < 0:
+            queue_ids = list(range(b.topics.for_read(request.topic, 0).read_queue_nums))
+        else:
+            b.topics.for_read(request.topic, request.queue_id)
+            queue_ids = [request.queue_id]
+        if request.invisible_time_ms <= 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"invisible_time_ms {request.invisible_time_ms} must be > 0 (how long pops hide)",
+            )
+        if request.max_delivery_attempts < 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"max_delivery_attempts {request.max_delivery_attempts} must be >= 0 (0: the group's)",
+            )
+        tag_filter = None
+        if request.subscription.expression_type == common_pb2.SQL92:
+            raise RpcFailure(
+                ErrorReason.INVALID_EXPRESSION,
+                f"SQL92 expression {request.subscription.expression!r}: POP filters by tag only",
+            )
+        expression = request.subscription.expression.strip()
+        if expression and expression != "*":
+            try:
+                tag_filter = b.tag_filter(expression)
+            except ValueError as error:
+                raise RpcFailure(ErrorReason.INVALID_EXPRESSION, str(error)) from None
+        started = time.perf_counter()
+        popped = await b.pop.pop_any(
+            request.consumer_group,
+            request.topic,
+            queue_ids,
+            min(max(request.max_msg_nums, 1), MAX_PULL_BATCH),
+            request.invisible_time_ms,
+            fifo=request.fifo,
+            max_attempts=request.max_delivery_attempts or group.retry_max_times + 1,
+            tag_filter=tag_filter,
+            wait_ms=max(0, min(request.poll_time_ms, b.settings.max_suspend_ms)),
+        )
+        b.metrics.observe_pull(
+            request.consumer_group, request.topic, len(popped), time.perf_counter() - started
+        )
+        messages = []
+        for p in popped:
+            record = b.store.commitlog.read_record(p.message.physical_offset)
+            if record is None:  # deleted by retention since it was read: delivered again later
+                continue
+            messages.append(
+                broker_pb2.PoppedMessage(
+                    record=record,
+                    receipt_handle=p.handle.encode(),
+                    delivery_attempt=p.attempt,
+                    invisible_until_ms=p.invisible_until_ms,
+                    queue_id=p.message.queue_id,
+                    queue_offset=p.message.queue_offset,
+                )
+            )
+        return broker_pb2.PopMessageResponse(messages=messages)
+
+    async def AckMessage(self, request: broker_pb2.AckMessageRequest, context):
+        self._writable()
+        validate_group_name(request.consumer_group)
+        outcome = await self._pop_call(
+            self.b.pop.ack(request.consumer_group, request.topic, request.receipt_handle)
+        )
+        return broker_pb2.AckMessageResponse(result=_ACK_RESULT[outcome])
+
+    async def ChangeInvisibleTime(self, request: broker_pb2.ChangeInvisibleTimeRequest, context):
+        self._writable()
+        validate_group_name(request.consumer_group)
+        if request.invisible_time_ms <= 0:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT, f"invisible_time_ms {request.invisible_time_ms} must be > 0"
+            )
+        outcome, handle = await self._pop_call(
+            self.b.pop.change_invisible(
+                request.consumer_group, request.topic, request.receipt_handle, request.invisible_time_ms
+            )
+        )
+        if handle is None:
+            return broker_pb2.ChangeInvisibleTimeResponse(result=_ACK_RESULT[outcome])
+        return broker_pb2.ChangeInvisibleTimeResponse(
+            result=_ACK_RESULT[outcome],
+            receipt_handle=handle.encode(),
+            invisible_until_ms=self.b.clock.now_ms() + request.invisible_time_ms,
+        )
+
+    @staticmethod
+    async def _pop_call(call: Awaitable[_T]) -> _T:
+        """A POP ack or change, with a malformed or foreign receipt handle and a record the
+        store refused turned into the protocol's errors."""
+        try:
+            return await call
+        except InvalidReceiptHandle as error:
+            raise RpcFailure(ErrorReason.INVALID_ARGUMENT, str(error)) from None
+        except PopPersistError as error:
+            raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, str(error)) from None
 
     async def Session(
         self, request_iterator: AsyncIterator[broker_pb2.ClientEvent], context: grpc.aio.ServicerContext

@@ -47,6 +47,14 @@ class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NO_MATCHED_MSG: _ClassVar[PullStatus]
     OFFSET_ILLEGAL: _ClassVar[PullStatus]
 
+class AckResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_RESULT_UNSPECIFIED: _ClassVar[AckResult]
+    ACK_OK: _ClassVar[AckResult]
+    ACK_ALREADY_DONE: _ClassVar[AckResult]
+    ACK_STALE_HANDLE: _ClassVar[AckResult]
+    ACK_UNKNOWN_HANDLE: _ClassVar[AckResult]
+
 class TopicChangeOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOPIC_CHANGE_OUTCOME_UNSPECIFIED: _ClassVar[TopicChangeOutcome]
@@ -81,6 +89,11 @@ FOUND: PullStatus
 NO_NEW_MSG: PullStatus
 NO_MATCHED_MSG: PullStatus
 OFFSET_ILLEGAL: PullStatus
+ACK_RESULT_UNSPECIFIED: AckResult
+ACK_OK: AckResult
+ACK_ALREADY_DONE: AckResult
+ACK_STALE_HANDLE: AckResult
+ACK_UNKNOWN_HANDLE: AckResult
 TOPIC_CHANGE_OUTCOME_UNSPECIFIED: TopicChangeOutcome
 TOPIC_CREATED: TopicChangeOutcome
 TOPIC_UPDATED: TopicChangeOutcome
@@ -326,6 +339,88 @@ class SendBackRequest(_message.Message):
 class SendBackResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class PopMessageRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "max_msg_nums", "invisible_time_ms", "poll_time_ms", "subscription", "fifo", "max_delivery_attempts")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_MSG_NUMS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    POLL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+    invisible_time_ms: int
+    poll_time_ms: int
+    subscription: _common_pb2.Subscription
+    fifo: bool
+    max_delivery_attempts: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., invisible_time_ms: _Optional[int] = ..., poll_time_ms: _Optional[int] = ..., subscription: _Optional[_Union[_common_pb2.Subscription, _Mapping]] = ..., fifo: _Optional[bool] = ..., max_delivery_attempts: _Optional[int] = ...) -> None: ...
+
+class PoppedMessage(_message.Message):
+    __slots__ = ("record", "receipt_handle", "delivery_attempt", "invisible_until_ms", "queue_id", "queue_offset")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    record: bytes
+    receipt_handle: str
+    delivery_attempt: int
+    invisible_until_ms: int
+    queue_id: int
+    queue_offset: int
+    def __init__(self, record: _Optional[bytes] = ..., receipt_handle: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
+
+class PopMessageResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PoppedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ...) -> None: ...
+
+class AckMessageRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "receipt_handle")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    receipt_handle: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
+class AckMessageResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: AckResult
+    def __init__(self, result: _Optional[_Union[AckResult, str]] = ...) -> None: ...
+
+class ChangeInvisibleTimeRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "receipt_handle", "invisible_time_ms")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    receipt_handle: str
+    invisible_time_ms: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_time_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeInvisibleTimeResponse(_message.Message):
+    __slots__ = ("result", "receipt_handle", "invisible_until_ms")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    result: AckResult
+    receipt_handle: str
+    invisible_until_ms: int
+    def __init__(self, result: _Optional[_Union[AckResult, str]] = ..., receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
 
 class ClientEvent(_message.Message):
     __slots__ = ("hello", "check_result")

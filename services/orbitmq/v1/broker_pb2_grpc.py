@@ -94,6 +94,21 @@ class BrokerStub:
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.ClientEvent.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ServerEvent.FromString,
                 _registered_method=True)
+        self.PopMessage = channel.unary_unary(
+                '/orbitmq.v1.Broker/PopMessage',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.PopMessageRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.PopMessageResponse.FromString,
+                _registered_method=True)
+        self.AckMessage = channel.unary_unary(
+                '/orbitmq.v1.Broker/AckMessage',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.AckMessageRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AckMessageResponse.FromString,
+                _registered_method=True)
+        self.ChangeInvisibleTime = channel.unary_unary(
+                '/orbitmq.v1.Broker/ChangeInvisibleTime',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
+                _registered_method=True)
         self.QueryMessageByKey = channel.unary_unary(
                 '/orbitmq.v1.Broker/QueryMessageByKey',
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.QueryMessageByKeyRequest.SerializeToString,
@@ -280,6 +295,29 @@ class BrokerServicer:
     def Session(self, request_iterator, context):
         """One stream per client: what the broker must push (membership changes, transaction
         checks, offset resets) and the client's answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopMessage(self, request, context):
+        """POP consumption (what the RocketMQ 5 proxy's ReceiveMessage uses): messages are handed
+        out invisible for a while and named by receipt handle; one not acked in time is delivered
+        again with its attempt counted, past the maximum it goes to the group's dead letters.
+        Long polling: with poll_time_ms > 0 and nothing to hand out, the call is held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeInvisibleTime(self, request, context):
+        """Hide an in-flight message for another while (from now); answers its new receipt handle.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -484,6 +522,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Session,
                     request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ClientEvent.FromString,
                     response_serializer=orbitmq_dot_v1_dot_broker__pb2.ServerEvent.SerializeToString,
+            ),
+            'PopMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopMessage,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.PopMessageRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.PopMessageResponse.SerializeToString,
+            ),
+            'AckMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckMessage,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.AckMessageRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AckMessageResponse.SerializeToString,
+            ),
+            'ChangeInvisibleTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeInvisibleTime,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.SerializeToString,
             ),
             'QueryMessageByKey': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryMessageByKey,
@@ -915,6 +968,87 @@ class Broker:
             '/orbitmq.v1.Broker/Session',
             orbitmq_dot_v1_dot_broker__pb2.ClientEvent.SerializeToString,
             orbitmq_dot_v1_dot_broker__pb2.ServerEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/PopMessage',
+            orbitmq_dot_v1_dot_broker__pb2.PopMessageRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.PopMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/AckMessage',
+            orbitmq_dot_v1_dot_broker__pb2.AckMessageRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.AckMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeInvisibleTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/ChangeInvisibleTime',
+            orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,6 @@
 """POP over a real message store: reads queues, keeps :class:`PopState`, persists its records.
 
-The broker (not wired yet) calls :meth:`PopService.load` once the store is open (the records in
+The broker (``Broker._start_pop``) calls :meth:`PopService.load` once the store is open (the records in
 ``RMQ_SYS_POP_LOG`` rebuild the state, on a restarted master as on a promoted slave), then
 :meth:`pop`, :meth:`ack` and :meth:`change_invisible` per request. Every answer is given after
 its records are stored (``put``, the broker's own, so SYNC_FLUSH and SYNC_MASTER apply): an
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 Put = Callable[[list[InboundMessage]], Awaitable[PutResult]]
 POP_LOG_QUEUE = 0
+ANY_QUEUE = -1
+"""Key of the event that wakes :meth:`PopService.pop_any` on an append to any queue of a topic."""
 DEAD_LETTER_CLAIM_MS = 10_000
 """A message on its way to the dead-letter topic stays invisible this long meanwhile."""
 SNAPSHOT_EVERY = 10_000
@@ -69,6 +71,7 @@ class PopService:
         self.state = PopState()
         self._since_snapshot = 0
         self._appended: dict[tuple[str, int], asyncio.Event] = {}
+        self._next_queue: dict[tuple[str, str], int] = {}
         self.acks: Tally[tuple[str, str]] = Tally()
         """Acks by (group, topic); with :attr:`revives` and :attr:`dead_letters`, for metrics."""
         self.revives: Tally[tuple[str, str]] = Tally()
@@ -92,9 +95,58 @@ class PopService:
     def notify_append(self, topic: str, queue_id: int) -> None:
         """Messages were appended to the queue (the broker's dispatcher calls this, as it wakes
         held pulls): pops waiting on it look again."""
-        event = self._appended.pop((topic, queue_id), None)
-        if event is not None:
-            event.set()
+        for key in ((topic, queue_id), (topic, ANY_QUEUE)):
+            event = self._appended.pop(key, None)
+            if event is not None:
+                event.set()
+
+    async def pop_any(
+        self,
+        group: str,
+        topic: str,
+        queue_ids: Sequence[int],
+        max_nums: int,
+        invisible_ms: int,
+        *,
+        fifo: bool = False,
+        max_attempts: int = 17,
+        tag_filter: TagFilter | None = None,
+        wait_ms: int = 0,
+    ) -> list[Popped]:
+        """Up to ``max_nums`` messages from the queues ``queue_ids`` (a v2 receive names a topic,
+        not a queue): the queues are tried in turn from one after the last that answered, so
+        a busy queue does not starve the others; long polling as :meth:`pop`, on any queue."""
+        if not queue_ids:
+            return []
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            start = self._next_queue.get((group, topic), 0) % len(queue_ids)
+            popped: list[Popped] = []
+            for i in range(len(queue_ids)):
+                queue_id = queue_ids[(start + i) % len(queue_ids)]
+                got = await self._pop_once(
+                    PopKey(group, topic, queue_id),
+                    max_nums - len(popped),
+                    invisible_ms,
+                    fifo,
+                    max_attempts,
+                    tag_filter,
+                )
+                if got:
+                    popped.extend(got)
+                    self._next_queue[group, topic] = (start + i + 1) % len(queue_ids)
+                if len(popped) >= max_nums:
+                    break
+            remaining_s = deadline - time.monotonic()
+            if popped or remaining_s <= 0:
+                return popped
+            for queue_id in queue_ids:
+                visible_ms = self.state.next_visible_ms(PopKey(group, topic, queue_id))
+                if visible_ms is not None:
+                    remaining_s = min(remaining_s, max(0.001, (visible_ms - self._clock.now_ms()) / 1000))
+            appended = self._appended.setdefault((topic, ANY_QUEUE), asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), remaining_s)
 
     async def pop(
         self,
