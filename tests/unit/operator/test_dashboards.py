@@ -145,6 +145,44 @@ def test_the_issue_s_panels_are_there() -> None:
         assert set(titles) <= set(panel_titles(GENERATED[name])), name
 
 
+PER_QUEUE_AND_GROUP = frozenset(
+    {
+        "orbitmq_consumer_offset",
+        "orbitmq_consumer_lag",
+        "orbitmq_queue_lock_owner",
+        "orbitmq_client_committed_offset",
+        "orbitmq_client_consumer_lag",
+    }
+)
+"""Families with a series per (group, topic, queue): 8 000 of them (16 000 with a slave's copies)
+at the issue's 100 topics x 8 queues x 10 groups."""
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_time_series_panels_stay_small_at_all(name: str) -> None:
+    """A time-series panel runs its query at every step of the range (240 for the default hour):
+    over the per-(group, topic, queue) families it must draw a line per group or topic, not
+    per queue (8 000 lines, 41 MB, seconds at "All"; benchmarks/cardinality_bench.py), and
+    never scan ``$__range`` at each step. Per-queue "now" figures belong in instant tables."""
+    for panel in GENERATED[name]["panels"]:
+        if panel["type"] != "timeseries":
+            continue
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert "$__range" not in expr, f"{panel['title']}: $__range in a range query"
+            if (
+                not check_promql(substitute_grafana_variables(expr, SELECTIONS[0])).metrics
+                & PER_QUEUE_AND_GROUP
+            ):
+                continue
+            outer = re.search(r"\bby \(([^)]*)\)", expr)
+            assert outer, f"{panel['title']}: per-queue series drawn unaggregated"
+            assert "queue" not in outer.group(1), f"{panel['title']}: a line per queue ({outer.group(0)})"
+    for panel in GENERATED[name]["panels"]:
+        if panel["type"] == "table":
+            assert all(t.get("instant") and not t.get("range") for t in panel["targets"]), panel["title"]
+
+
 def test_the_inventory_reads_every_shape_of_metric_definition() -> None:
     families = inventory.metric_families()
     assert {f.module for f in families.values()} == set(inventory.SOURCES)
