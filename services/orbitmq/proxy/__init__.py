@@ -21,13 +21,15 @@ service inside the name server and the brokers ("local mode"). Why:
 * **POP state** (what ``ReceiveMessage`` needs: in-flight messages by receipt handle,
   invisibility, attempts) must live in the broker anyway, persisted with its queues and
   replicated to its slave, so it survives a restart and a failover; a proxy must not own it.
-  The proxy will call broker POP RPCs (``orbitmq.v1``) and translate. So nothing the proxy holds
+  The proxy calls the brokers' POP RPCs (``orbitmq.v1`` PopMessage, AckMessage,
+  ChangeInvisibleTime) and translates (:mod:`orbitmq.proxy.consumers`). So nothing the proxy holds
   needs to survive it: transaction ids carry the broker and offset of their half message
   (:mod:`orbitmq.proxy.convert`), and check-backs go to any proxy that has a live producer of the
   topic (:mod:`orbitmq.proxy.transactions`).
 
 Modules: :mod:`.convert` and :mod:`.routes` (pure translation), :mod:`.codes` (orbitmq failures
 as v2 codes), :mod:`.clients` (live v2 clients and their telemetry streams),
-:mod:`.transactions` (half messages, ends and check-backs), :mod:`.servicer` (the RPCs),
+:mod:`.transactions` (half messages, ends and check-backs), :mod:`.consumers` (receive, ack,
+invisibility, assignments over broker POP), :mod:`.servicer` (the RPCs),
 :mod:`.server` (the process).
 """

@@ -6,6 +6,8 @@ gets the protocol's code and a message naming the value and the rule, and an RPC
 not serve yet answers ``NOT_IMPLEMENTED`` at once (a streaming one with one such frame).
 Producers are complete: QueryRoute, Heartbeat, Telemetry (settings; check-backs pushed),
 SendMessage (normal, FIFO, delayed, transactional), EndTransaction, NotifyClientTermination.
+Simple and push consumers: ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment
+(:mod:`orbitmq.proxy.consumers`, over the brokers' POP).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import parse_delay_levels
 from orbitmq.proxy import codes, convert, routes
 from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry
+from orbitmq.proxy.consumers import Consumers
 from orbitmq.proxy.convert import Refused
 from orbitmq.proxy.metrics import ProxyMetrics
 from orbitmq.proxy.settings import ProxySettings
@@ -45,9 +48,7 @@ DEADLINE_MARGIN_MS = 200
 PRODUCER_MAX_ATTEMPTS = 3
 """What RocketMQ's proxy tells producers: three attempts, 10 ms doubling up to 1 s between them."""
 CONSUMER_TYPES = frozenset({v2.PUSH_CONSUMER, v2.SIMPLE_CONSUMER, v2.PULL_CONSUMER})
-POP_LATER = (
-    "POP consumption (ReceiveMessage, acks, invisibility) is being built; consume with orbitmq's client"
-)
+POP_LATER = "offset-based v2 consumption (PullMessage, offsets) is not built; consume with orbitmq's client"
 
 
 def answers(
@@ -113,6 +114,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._advertised = routes.endpoints_of(advertised)
         self._delay_levels_ms = parse_delay_levels(settings.delay_levels)
         self.metrics = metrics
+        self._consumers = Consumers(channels)
 
     # -- routes and clients --------------------------------------------------------------------
 
@@ -290,29 +292,46 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ) from None
         return pb.EndTransactionResponse(status=codes.OK)
 
-    # -- not served yet ------------------------------------------------------------------------
+    # -- consumers (POP in the brokers, see orbitmq.proxy.consumers) -----------------------------
 
     @answers(pb.QueryAssignmentResponse)
-    async def QueryAssignment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.QueryAssignmentResponse(status=codes.not_implemented("QueryAssignment", POP_LATER))
+    async def QueryAssignment(
+        self, request: pb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        endpoints = request.endpoints if request.endpoints.addresses else self._advertised
+        return await self._consumers.assignments(request, endpoints)
 
-    async def ReceiveMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        self.metrics.observe("ReceiveMessage", v2.NOT_IMPLEMENTED, 0.0)
-        yield pb.ReceiveMessageResponse(status=codes.not_implemented("ReceiveMessage", POP_LATER))
+    async def ReceiveMessage(
+        self, request: pb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Server stream: a status frame, then (when messages came) the delivery timestamp
+        (the official clients require it) and one frame per message."""
+        started = time.perf_counter()
+        try:
+            frames = await self._consumers.receive(request, context.time_remaining())
+        except Exception as error:  # answered with a status frame, as unary RPCs are
+            frames = [pb.ReceiveMessageResponse(status=_failure_status("ReceiveMessage", error))]
+        self.metrics.observe("ReceiveMessage", frames[0].status.code, time.perf_counter() - started)
+        for frame in frames:
+            yield frame
 
     @answers(pb.AckMessageResponse)
-    async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.AckMessageResponse(status=codes.not_implemented("AckMessage", POP_LATER))
+    async def AckMessage(self, request: pb.AckMessageRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._consumers.ack(request)
+
+    @answers(pb.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(
+        self, request: pb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._consumers.change_invisible(request)
+
+    # -- not served yet ------------------------------------------------------------------------
 
     @answers(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        status = codes.not_implemented("ForwardMessageToDeadLetterQueue", POP_LATER)
+        why = "a message goes to the dead letters after its maximum delivery attempts"
+        status = codes.not_implemented("ForwardMessageToDeadLetterQueue", why)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status)
-
-    @answers(pb.ChangeInvisibleDurationResponse)
-    async def ChangeInvisibleDuration(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        status = codes.not_implemented("ChangeInvisibleDuration", POP_LATER)
-        return pb.ChangeInvisibleDurationResponse(status=status)
 
     async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         self.metrics.observe("PullMessage", v2.NOT_IMPLEMENTED, 0.0)

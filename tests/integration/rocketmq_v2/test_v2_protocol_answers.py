@@ -152,18 +152,14 @@ async def test_unknown_client_type_is_unrecognized(stub: service_pb2_grpc.Messag
 async def test_rpcs_not_served_yet_answer_not_implemented_at_once(
     stub: service_pb2_grpc.MessagingServiceStub,
 ) -> None:
-    """Consumer RPCs (POP is still being built) answer NOT_IMPLEMENTED with a readable message,
-    the streaming ones with one frame, within a second."""
+    """RPCs orbitmq does not serve (offset-based pulls, forwarding to dead letters, recall)
+    answer NOT_IMPLEMENTED with a readable message, the streaming ones with one frame, within a
+    second."""
     started = time.monotonic()
-    frames = [
-        f async for f in stub.ReceiveMessage(s.ReceiveMessageRequest(), metadata=CLIENT, timeout=FAST_S)
-    ]
+    frames = [f async for f in stub.PullMessage(s.PullMessageRequest(), metadata=CLIENT, timeout=FAST_S)]
     assert [f.status.code for f in frames] == [d.NOT_IMPLEMENTED]
-    assert "ReceiveMessage" in frames[0].status.message
+    assert "PullMessage" in frames[0].status.message
     unary = [
-        stub.QueryAssignment(s.QueryAssignmentRequest(), metadata=CLIENT, timeout=FAST_S),
-        stub.AckMessage(s.AckMessageRequest(), metadata=CLIENT, timeout=FAST_S),
-        stub.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(), metadata=CLIENT, timeout=FAST_S),
         stub.ForwardMessageToDeadLetterQueue(
             s.ForwardMessageToDeadLetterQueueRequest(), metadata=CLIENT, timeout=FAST_S
         ),
@@ -173,6 +169,41 @@ async def test_rpcs_not_served_yet_answer_not_implemented_at_once(
     replies = await asyncio.gather(*unary)
     assert [r.status.code for r in replies] == [d.NOT_IMPLEMENTED] * len(unary)
     assert time.monotonic() - started < 1.0
+
+
+async def test_consumer_rpcs_refuse_bad_requests_with_the_protocol_codes(
+    stub: service_pb2_grpc.MessagingServiceStub,
+) -> None:
+    """Receive, ack and change of invisibility check what they are given before any broker is
+    asked: the code a RocketMQ 5 client decides by, and a message naming the value."""
+    group = d.Resource(name="v2-group")
+    topic = d.Resource(name="V2Answers")
+    queue = d.MessageQueue(topic=topic, id=0, broker=d.Broker(name="broker-a"))
+
+    async def receive(request: s.ReceiveMessageRequest) -> list[s.ReceiveMessageResponse]:
+        return [f async for f in stub.ReceiveMessage(request, metadata=CLIENT, timeout=FAST_S)]
+
+    frames = await receive(s.ReceiveMessageRequest())
+    assert [f.status.code for f in frames] == [d.ILLEGAL_CONSUMER_GROUP]
+    frames = await receive(s.ReceiveMessageRequest(group=group, message_queue=queue, batch_size=33))
+    assert frames[0].status.code == d.BAD_REQUEST and "batch_size 33" in frames[0].status.message
+    frames = await receive(s.ReceiveMessageRequest(group=group, message_queue=queue, batch_size=1))
+    assert frames[0].status.code == d.ILLEGAL_INVISIBLE_TIME
+    ack = await stub.AckMessage(
+        s.AckMessageRequest(
+            group=group, topic=topic, entries=[s.AckMessageEntry(message_id="m", receipt_handle="forged")]
+        ),
+        metadata=CLIENT,
+        timeout=FAST_S,
+    )
+    assert ack.status.code == d.INVALID_RECEIPT_HANDLE and "'forged'" in ack.status.message
+    assert [e.status.code for e in ack.entries] == [d.INVALID_RECEIPT_HANDLE]
+    change = await stub.ChangeInvisibleDuration(
+        s.ChangeInvisibleDurationRequest(group=group, topic=topic, receipt_handle="broker-a:0:0:1"),
+        metadata=CLIENT,
+        timeout=FAST_S,
+    )
+    assert change.status.code == d.ILLEGAL_INVISIBLE_TIME and "0 ms" in change.status.message
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,8 @@ os.environ["HOME"] = str(CLIENT_LOG_HOME)
 try:
     from rocketmq.grpc_protocol import TransactionResolution
     from rocketmq.v5.client import ClientConfiguration, Credentials
-    from rocketmq.v5.model import Message
+    from rocketmq.v5.consumer import SimpleConsumer
+    from rocketmq.v5.model import FilterExpression, Message
     from rocketmq.v5.producer import Producer, TransactionChecker
 finally:
     if _home is None:
@@ -45,7 +46,15 @@ finally:
     else:
         os.environ["HOME"] = _home
 
-__all__ = ["Message", "TransactionResolution", "V2Cluster", "official_producer", "v2_cluster"]
+__all__ = [
+    "Message",
+    "SimpleConsumer",
+    "TransactionResolution",
+    "V2Cluster",
+    "official_producer",
+    "official_simple_consumer",
+    "v2_cluster",
+]
 
 
 @dataclass
@@ -155,6 +164,23 @@ async def official_producer(
         yield producer
     finally:
         await asyncio.to_thread(producer.shutdown)
+
+
+@contextlib.asynccontextmanager
+async def official_simple_consumer(
+    endpoint: str, group: str, topics: list[str], await_s: int = 2, tag: str = "*"
+) -> AsyncIterator[SimpleConsumer]:
+    """The official client's SimpleConsumer subscribed to ``topics``, started and shut down in a
+    thread; ``await_s`` is its long-polling time per receive."""
+    config = ClientConfiguration(endpoint, Credentials())
+    consumer = SimpleConsumer(
+        config, group, {t: FilterExpression(tag) for t in topics}, await_duration=await_s
+    )
+    await asyncio.to_thread(consumer.startup)
+    try:
+        yield consumer
+    finally:
+        await asyncio.to_thread(consumer.shutdown)
 
 
 def message(

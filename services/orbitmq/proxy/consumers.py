@@ -1,0 +1,303 @@
+"""v2 consumers over the brokers' POP RPCs (``orbitmq.v1`` PopMessage, AckMessage,
+ChangeInvisibleTime): receive, ack, change of invisibility, assignments.
+
+The proxy keeps no consumer state (see :mod:`orbitmq.proxy`): in-flight messages, attempts and
+leases live in the broker (:mod:`orbitmq.broker.pop`). A receipt handle names its broker group
+(``<broker name>:<queue>:<offset>:<lease>``), so an ack reaches the broker that handed the
+message out, at whichever address is its master now. As RocketMQ's proxy does, a receive pops
+from *every* queue of the named broker (the queue id a client picked only chooses the broker):
+a simple consumer then never waits on an empty queue while another holds messages.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+
+from orbitmq.broker.pop.handles import InvalidReceiptHandle, ReceiptHandle
+from orbitmq.client.channels import Channels
+from orbitmq.common.names import InvalidNameError, validate_group_name
+from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.common.topics import Property
+from orbitmq.proxy import codes, convert, routes
+from orbitmq.proxy.convert import Refused
+from orbitmq.rocketmq_v2 import definition_pb2 as v2
+from orbitmq.rocketmq_v2 import service_pb2 as pb
+from orbitmq.store.record import decode
+from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+MAX_BATCH = 32
+"""RocketMQ's proxy limit on one receive's batch size."""
+MAX_INVISIBLE_MS = 12 * 3_600_000
+"""RocketMQ's longest invisible duration (12 h)."""
+DEFAULT_INVISIBLE_MS = 30_000
+"""A receive without an invisible duration (auto-renewing push consumers): hidden this long."""
+POLL_MARGIN_MS = 500
+"""Kept back from the client's deadline: the last answer must reach it before it gives up."""
+RPC_SLACK_S = 5.0
+"""A broker call's deadline beyond the long poll it was asked to hold."""
+_ACK_STATUS = {
+    broker_pb2.ACK_OK: codes.OK,
+    broker_pb2.ACK_ALREADY_DONE: codes.OK,
+    broker_pb2.ACK_STALE_HANDLE: codes.status(
+        v2.INVALID_RECEIPT_HANDLE,
+        "receipt handle is stale: the message became visible and was delivered again since",
+    ),
+    broker_pb2.ACK_UNKNOWN_HANDLE: codes.status(
+        v2.INVALID_RECEIPT_HANDLE, "receipt handle names no delivery of this group and topic"
+    ),
+}
+_MASTER_MOVED = (ErrorReason.SLAVE_READ_ONLY, ErrorReason.SERVICE_NOT_AVAILABLE)
+
+
+def group_of(resource: v2.Resource) -> str:
+    name = convert.real_name(resource)
+    try:
+        return validate_group_name(name)
+    except InvalidNameError as error:
+        raise Refused(v2.ILLEGAL_CONSUMER_GROUP, str(error)) from None
+
+
+def receipt_of(text: str) -> ReceiptHandle:
+    try:
+        return ReceiptHandle.decode(text)
+    except InvalidReceiptHandle as error:
+        raise Refused(v2.INVALID_RECEIPT_HANDLE, str(error)) from None
+
+
+def duration_ms(duration: Any, what: str, code: int, maximum_ms: int) -> int:
+    ms = duration.seconds * 1000 + duration.nanos // 1_000_000
+    if not 0 < ms <= maximum_ms:
+        raise Refused(code, f"{what} of {ms} ms must be above 0 and at most {maximum_ms} ms")
+    return ms
+
+
+class Masters:
+    """Broker name → its master's address, from the name servers; looked up again when a call
+    fails because the broker there is no longer master (a failover)."""
+
+    def __init__(self, channels: Channels) -> None:
+        self._channels = channels
+        self._masters: dict[str, str] = {}
+
+    async def refresh(self) -> None:
+        info = await self._channels.namesrv_call("GetClusterInfo", nameserver_pb2.GetClusterInfoRequest())
+        self._masters = {
+            name: data.broker_addrs[routes.MASTER_ID]
+            for name, data in info.broker_addr_table.items()  # type: ignore[attr-defined]
+            if routes.MASTER_ID in data.broker_addrs
+        }
+
+    async def call(self, broker_name: str, method: str, request: Any, timeout_s: float) -> Any:
+        """``Broker.<method>(request)`` on the master of ``broker_name``, once more after a
+        refresh when that address is gone or is a slave now."""
+        for attempt in (1, 2):
+            if attempt == 2 or broker_name not in self._masters:
+                await self.refresh()
+            address = self._masters.get(broker_name)
+            if address is None:
+                raise RpcFailure(
+                    ErrorReason.SERVICE_NOT_AVAILABLE,
+                    f"broker {broker_name} has no registered master; retry once it has one",
+                )
+            stub = self._channels.broker(address)
+            try:
+                return await getattr(stub, method)(request, timeout=timeout_s)
+            except grpc.aio.AioRpcError as error:
+                failure = failure_of(error)
+                moved = error.code() is grpc.StatusCode.UNAVAILABLE or (
+                    failure is not None and failure.reason in _MASTER_MOVED
+                )
+                if attempt == 2 or not moved:
+                    raise
+        raise AssertionError("unreachable")
+
+
+class Consumers:
+    def __init__(self, channels: Channels, default_invisible_ms: int = DEFAULT_INVISIBLE_MS) -> None:
+        self.masters = Masters(channels)
+        self._channels = channels
+        self._default_invisible_ms = default_invisible_ms
+
+    async def receive(
+        self, request: pb.ReceiveMessageRequest, time_remaining_s: float | None
+    ) -> list[pb.ReceiveMessageResponse]:
+        """The frames of one receive: a status, then (when messages came) the delivery
+        timestamp and the messages; raises :class:`Refused` for a request the protocol forbids."""
+        group = group_of(request.group)
+        topic = convert.topic_of(request.message_queue.topic)
+        broker_name = request.message_queue.broker.name
+        if not broker_name:
+            raise Refused(
+                v2.BAD_REQUEST, "the receive's message_queue names no broker (take it from QueryRoute)"
+            )
+        if not 0 < request.batch_size <= MAX_BATCH:
+            raise Refused(
+                v2.BAD_REQUEST, f"batch_size {request.batch_size} must be between 1 and {MAX_BATCH}"
+            )
+        if request.HasField("invisible_duration"):
+            invisible_ms = duration_ms(
+                request.invisible_duration, "invisible_duration", v2.ILLEGAL_INVISIBLE_TIME, MAX_INVISIBLE_MS
+            )
+        elif request.auto_renew:
+            invisible_ms = self._default_invisible_ms
+        else:
+            raise Refused(
+                v2.ILLEGAL_INVISIBLE_TIME, "a receive without auto_renew needs an invisible_duration"
+            )
+        poll_ms = 0
+        if request.HasField("long_polling_timeout"):
+            lp = request.long_polling_timeout
+            poll_ms = lp.seconds * 1000 + lp.nanos // 1_000_000
+            if poll_ms < 0:
+                raise Refused(v2.ILLEGAL_POLLING_TIME, f"long_polling_timeout of {poll_ms} ms is negative")
+        if time_remaining_s is not None:
+            poll_ms = max(0, min(poll_ms, int(time_remaining_s * 1000) - POLL_MARGIN_MS))
+        expression = request.filter_expression
+        subscription = common_pb2.Subscription(
+            topic=topic,
+            expression=expression.expression or "*",
+            expression_type=common_pb2.SQL92 if expression.type == v2.SQL else common_pb2.TAG,
+        )
+        reply = await self.masters.call(
+            broker_name,
+            "PopMessage",
+            broker_pb2.PopMessageRequest(
+                consumer_group=group,
+                topic=topic,
+                queue_id=-1,
+                max_msg_nums=request.batch_size,
+                invisible_time_ms=invisible_ms,
+                poll_time_ms=poll_ms,
+                subscription=subscription,
+                fifo=False,
+            ),
+            poll_ms / 1000 + RPC_SLACK_S,
+        )
+        if not reply.messages:
+            return [pb.ReceiveMessageResponse(status=codes.status(v2.MESSAGE_NOT_FOUND, "no new message"))]
+        namespace = request.group.resource_namespace
+        frames = [pb.ReceiveMessageResponse(status=codes.OK)]
+        delivered = pb.ReceiveMessageResponse()
+        delivered.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+        frames.append(delivered)
+        for popped in reply.messages:
+            frames.append(pb.ReceiveMessageResponse(message=_message(popped, invisible_ms, namespace)))
+        return frames
+
+    async def ack(self, request: pb.AckMessageRequest) -> pb.AckMessageResponse:
+        group = group_of(request.group)
+        topic = convert.topic_of(request.topic)
+        if not request.entries:
+            raise Refused(v2.BAD_REQUEST, "an ack must carry at least one entry")
+        entries = []
+        for entry in request.entries:
+            try:
+                receipt = receipt_of(entry.receipt_handle)
+                reply = await self.masters.call(
+                    receipt.broker_name,
+                    "AckMessage",
+                    broker_pb2.AckMessageRequest(
+                        consumer_group=group, topic=topic, receipt_handle=entry.receipt_handle
+                    ),
+                    RPC_SLACK_S,
+                )
+                status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
+            except Exception as error:  # one entry's failure is its own status, not the call's
+                status = codes.status_of(error)
+            entries.append(
+                pb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
+                )
+            )
+        failed = [e.status for e in entries if e.status.code != v2.OK]
+        if not failed:
+            overall = codes.OK
+        elif len(entries) == 1:
+            overall = failed[0]
+        else:
+            overall = codes.status(v2.MULTIPLE_RESULTS, f"{len(failed)} of {len(entries)} acks failed")
+        return pb.AckMessageResponse(status=overall, entries=entries)
+
+    async def change_invisible(
+        self, request: pb.ChangeInvisibleDurationRequest
+    ) -> pb.ChangeInvisibleDurationResponse:
+        group = group_of(request.group)
+        topic = convert.topic_of(request.topic)
+        receipt = receipt_of(request.receipt_handle)
+        invisible_ms = duration_ms(
+            request.invisible_duration, "invisible_duration", v2.ILLEGAL_INVISIBLE_TIME, MAX_INVISIBLE_MS
+        )
+        reply = await self.masters.call(
+            receipt.broker_name,
+            "ChangeInvisibleTime",
+            broker_pb2.ChangeInvisibleTimeRequest(
+                consumer_group=group,
+                topic=topic,
+                receipt_handle=request.receipt_handle,
+                invisible_time_ms=invisible_ms,
+            ),
+            RPC_SLACK_S,
+        )
+        status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
+        return pb.ChangeInvisibleDurationResponse(status=status, receipt_handle=reply.receipt_handle)
+
+    async def assignments(
+        self, request: pb.QueryAssignmentRequest, endpoints: v2.Endpoints
+    ) -> pb.QueryAssignmentResponse:
+        """One assignment per broker group with a master: a push consumer receives from each
+        (queue id -1: the broker pops from all its queues, see the module docstring)."""
+        group_of(request.group)
+        topic = convert.topic_of(request.topic)
+        route = await self._channels.namesrv_call("QueryRoute", nameserver_pb2.QueryRouteRequest(topic=topic))
+        masters = {d.broker_name for d in route.broker_datas if routes.MASTER_ID in d.broker_addrs}  # type: ignore[attr-defined]
+        assignments = [
+            v2.Assignment(
+                message_queue=v2.MessageQueue(
+                    topic=request.topic,
+                    id=-1,
+                    permission=v2.READ_WRITE,
+                    broker=v2.Broker(name=data.broker_name, id=routes.MASTER_ID, endpoints=endpoints),
+                    accept_message_types=convert.ALL_TYPES,
+                )
+            )
+            for data in sorted(route.queue_datas, key=lambda d: d.broker_name)  # type: ignore[attr-defined]
+            if data.broker_name in masters and data.perm & routes.PERM_READ and data.read_queue_nums
+        ]
+        return pb.QueryAssignmentResponse(status=codes.OK, assignments=assignments)
+
+
+def _message(popped: broker_pb2.PoppedMessage, invisible_ms: int, namespace: str) -> v2.Message:
+    stored = decode(popped.record)
+    properties = stored.properties
+    if convert.SHARDING_KEY in properties:
+        kind = v2.FIFO
+    elif convert.TIMER_DELIVER_MS in properties or Property.DELAY in properties:
+        kind = v2.DELAY
+    elif Property.TRANSACTION_PREPARED in properties:
+        kind = v2.TRANSACTION
+    else:
+        kind = v2.NORMAL
+    message = convert.inbound(
+        stored.topic,
+        stored.body,
+        properties,
+        born_timestamp_ms=stored.born_timestamp_ms,
+        born_host=stored.born_host,
+        store_timestamp_ms=stored.store_timestamp_ms,
+        queue_id=popped.queue_id,
+        queue_offset=popped.queue_offset,
+        message_type=kind,
+        namespace=namespace,
+    )
+    system = message.system_properties
+    if not system.message_id:  # stored by an orbitmq client without a unique key
+        system.message_id = stored.msg_id
+    system.store_host = stored.store_host
+    system.receipt_handle = popped.receipt_handle
+    system.delivery_attempt = popped.delivery_attempt
+    system.invisible_duration.FromMilliseconds(invisible_ms)
+    return message
