@@ -47,6 +47,8 @@ finally:
         os.environ["HOME"] = _home
 
 __all__ = [
+    "ClientConfiguration",
+    "Credentials",
     "Message",
     "SimpleConsumer",
     "TransactionResolution",
