@@ -561,6 +561,14 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             invisible_until_ms=self.b.clock.now_ms() + request.invisible_time_ms,
         )
 
+    async def ForwardToDeadLetter(self, request: broker_pb2.ForwardToDeadLetterRequest, context):
+        self._writable()
+        validate_group_name(request.consumer_group)
+        outcome = await self._pop_call(
+            self.b.pop.forward_dead_letter(request.consumer_group, request.topic, request.receipt_handle)
+        )
+        return broker_pb2.AckMessageResponse(result=_ACK_RESULT[outcome])
+
     @staticmethod
     async def _pop_call(call: Awaitable[_T]) -> _T:
         """A POP ack or change, with a malformed or foreign receipt handle and a record the

@@ -245,6 +245,25 @@ class Consumers:
         status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
         return pb.ChangeInvisibleDurationResponse(status=status, receipt_handle=reply.receipt_handle)
 
+    async def forward_dead_letter(
+        self, request: pb.ForwardMessageToDeadLetterQueueRequest
+    ) -> pb.ForwardMessageToDeadLetterQueueResponse:
+        """The client gave up on a message (a push consumer past its maximum attempts): the
+        broker moves it to the group's dead-letter topic, ``%DLQ%<group>``, now."""
+        group = group_of(request.group)
+        topic = convert.topic_of(request.topic)
+        receipt = receipt_of(request.receipt_handle)
+        reply = await self.masters.call(
+            receipt.broker_name,
+            "ForwardToDeadLetter",
+            broker_pb2.ForwardToDeadLetterRequest(
+                consumer_group=group, topic=topic, receipt_handle=request.receipt_handle
+            ),
+            RPC_SLACK_S,
+        )
+        status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status)
+
     async def assignments(
         self, request: pb.QueryAssignmentRequest, endpoints: v2.Endpoints
     ) -> pb.QueryAssignmentResponse:

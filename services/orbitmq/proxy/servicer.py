@@ -6,8 +6,8 @@ gets the protocol's code and a message naming the value and the rule, and an RPC
 not serve yet answers ``NOT_IMPLEMENTED`` at once (a streaming one with one such frame).
 Producers are complete: QueryRoute, Heartbeat, Telemetry (settings; check-backs pushed),
 SendMessage (normal, FIFO, delayed, transactional), EndTransaction, NotifyClientTermination.
-Simple and push consumers: ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment
-(:mod:`orbitmq.proxy.consumers`, over the brokers' POP).
+Simple and push consumers: ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment,
+ForwardMessageToDeadLetterQueue (:mod:`orbitmq.proxy.consumers`, over the brokers' POP).
 """
 
 from __future__ import annotations
@@ -325,13 +325,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> Any:
         return await self._consumers.change_invisible(request)
 
-    # -- not served yet ------------------------------------------------------------------------
-
     @answers(pb.ForwardMessageToDeadLetterQueueResponse)
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        why = "a message goes to the dead letters after its maximum delivery attempts"
-        status = codes.not_implemented("ForwardMessageToDeadLetterQueue", why)
-        return pb.ForwardMessageToDeadLetterQueueResponse(status=status)
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._consumers.forward_dead_letter(request)
+
+    # -- not served yet ------------------------------------------------------------------------
 
     async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         self.metrics.observe("PullMessage", v2.NOT_IMPLEMENTED, 0.0)

@@ -400,6 +400,16 @@ class AckMessageResponse(_message.Message):
     result: AckResult
     def __init__(self, result: _Optional[_Union[AckResult, str]] = ...) -> None: ...
 
+class ForwardToDeadLetterRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "receipt_handle")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    receipt_handle: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
 class ChangeInvisibleTimeRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "receipt_handle", "invisible_time_ms")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

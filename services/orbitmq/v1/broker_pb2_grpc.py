@@ -109,6 +109,11 @@ class BrokerStub:
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
                 _registered_method=True)
+        self.ForwardToDeadLetter = channel.unary_unary(
+                '/orbitmq.v1.Broker/ForwardToDeadLetter',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.ForwardToDeadLetterRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AckMessageResponse.FromString,
+                _registered_method=True)
         self.QueryMessageByKey = channel.unary_unary(
                 '/orbitmq.v1.Broker/QueryMessageByKey',
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.QueryMessageByKeyRequest.SerializeToString,
@@ -318,6 +323,13 @@ class BrokerServicer:
 
     def ChangeInvisibleTime(self, request, context):
         """Hide an in-flight message for another while (from now); answers its new receipt handle.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardToDeadLetter(self, request, context):
+        """Move an in-flight message to the group's dead-letter topic now (a consumer gave up on it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -537,6 +549,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ChangeInvisibleTime,
                     request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.FromString,
                     response_serializer=orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.SerializeToString,
+            ),
+            'ForwardToDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardToDeadLetter,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ForwardToDeadLetterRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AckMessageResponse.SerializeToString,
             ),
             'QueryMessageByKey': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryMessageByKey,
@@ -1049,6 +1066,33 @@ class Broker:
             '/orbitmq.v1.Broker/ChangeInvisibleTime',
             orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
             orbitmq_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForwardToDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/ForwardToDeadLetter',
+            orbitmq_dot_v1_dot_broker__pb2.ForwardToDeadLetterRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.AckMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

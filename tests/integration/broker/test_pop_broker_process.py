@@ -190,5 +190,20 @@ async def test_pop_ack_expiry_long_poll_metrics_and_restart(tmp_path: Path) -> N
         assert [(b, a) for b, a, _ in back] == [(b"m3", 2)]
         assert await ack(stub, back[0][2]) == broker_pb2.ACK_OK
         assert await pop(stub, poll_ms=500) == []
+
+        # A consumer gives up on m5: it goes to the group's dead letters now.
+        await send(stub, b"m5")
+        ((_, _, m5),) = await pop(stub, poll_ms=5000)
+        forward = broker_pb2.ForwardToDeadLetterRequest(consumer_group=GROUP, topic=TOPIC, receipt_handle=m5)
+        assert (await stub.ForwardToDeadLetter(forward)).result == broker_pb2.ACK_OK
+        assert (await stub.ForwardToDeadLetter(forward)).result == broker_pb2.ACK_ALREADY_DONE
+        dead = await stub.PullMessage(
+            broker_pb2.PullMessageRequest(
+                consumer_group="dlq-reader", topic=f"%DLQ%{GROUP}", queue_id=0, max_msg_nums=8
+            )
+        )
+        assert [decode(r).body for r in dead.records] == [b"m5"]
+        assert await pop(stub) == []
         samples = await asyncio.to_thread(scrape, metrics_url)
         assert pop_metric(samples, "orbitmq_pop_in_flight") == 0
+        assert pop_metric(samples, "orbitmq_pop_dead_letters_total") == 1

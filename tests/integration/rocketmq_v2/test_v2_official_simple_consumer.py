@@ -9,10 +9,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as d
+from rocketmq.grpc_protocol import service_pb2 as s
+from rocketmq.grpc_protocol import service_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from v2kit import call, message, official_producer, official_simple_consumer, v2_cluster
+
+from orbitmq.store.record import decode
+from orbitmq.v1 import broker_pb2
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,7 +66,7 @@ async def test_simple_consumer_receives_acks_changes_invisibility_and_sees_expir
             await call(consumer.ack, again[0])
             await call(consumer.ack, again[0])  # a repeated ack is no error
 
-            # m3 is never acked and was received for 30 s: expire a new one instead, quicker.
+            # m3 was received for 30 s: expire a new message instead, quicker.
             async with official_producer(cluster.endpoint, [TOPIC]) as producer:
                 await call(producer.send, message(TOPIC, b"m4"))
             (m4,) = await receive_until(consumer, 1, invisible_s=1)
@@ -67,5 +74,31 @@ async def test_simple_consumer_receives_acks_changes_invisibility_and_sees_expir
             (back,) = await receive_until(consumer, 1, invisible_s=30)
             assert (back.body, back.delivery_attempt, back.message_id) == (b"m4", 2, m4.message_id)
             await call(consumer.ack, back)
+
+            # m3 (still hidden) is given up on: forwarded to the group's dead letters, as the
+            # official push consumer does past its maximum attempts (same request, same stub).
+            async with grpc.aio.insecure_channel(cluster.endpoint) as channel:
+                forwarded = await service_pb2_grpc.MessagingServiceStub(
+                    channel
+                ).ForwardMessageToDeadLetterQueue(
+                    s.ForwardMessageToDeadLetterQueueRequest(
+                        group=d.Resource(name=GROUP),
+                        topic=d.Resource(name=TOPIC),
+                        receipt_handle=by_body[b"m3"].receipt_handle,
+                        message_id=by_body[b"m3"].message_id,
+                        delivery_attempt=1,
+                        max_delivery_attempts=1,
+                    ),
+                    metadata=(("x-mq-client-id", "test-client@1"),),
+                    timeout=5,
+                )
+            assert forwarded.status.code == d.OK, forwarded.status.message
+            dead = await cluster.broker.stub.PullMessage(
+                broker_pb2.PullMessageRequest(
+                    consumer_group="dlq-reader", topic=f"%DLQ%{GROUP}", queue_id=0, max_msg_nums=8
+                )
+            )
+            assert [decode(r).body for r in dead.records] == [b"m3"]
+            assert await call(consumer.receive, 16, 30) == []  # nothing left in flight or new
 
         assert await cluster.metric("orbitmq_proxy_requests_total", rpc="ReceiveMessage", code="OK") >= 3

@@ -152,7 +152,7 @@ async def test_unknown_client_type_is_unrecognized(stub: service_pb2_grpc.Messag
 async def test_rpcs_not_served_yet_answer_not_implemented_at_once(
     stub: service_pb2_grpc.MessagingServiceStub,
 ) -> None:
-    """RPCs orbitmq does not serve (offset-based pulls, forwarding to dead letters, recall)
+    """RPCs orbitmq does not serve (offset-based pulls and offsets, recall)
     answer NOT_IMPLEMENTED with a readable message, the streaming ones with one frame, within a
     second."""
     started = time.monotonic()
@@ -160,9 +160,6 @@ async def test_rpcs_not_served_yet_answer_not_implemented_at_once(
     assert [f.status.code for f in frames] == [d.NOT_IMPLEMENTED]
     assert "PullMessage" in frames[0].status.message
     unary = [
-        stub.ForwardMessageToDeadLetterQueue(
-            s.ForwardMessageToDeadLetterQueueRequest(), metadata=CLIENT, timeout=FAST_S
-        ),
         stub.GetOffset(s.GetOffsetRequest(), metadata=CLIENT, timeout=FAST_S),
         stub.RecallMessage(s.RecallMessageRequest(), metadata=CLIENT, timeout=FAST_S),
     ]
@@ -204,6 +201,12 @@ async def test_consumer_rpcs_refuse_bad_requests_with_the_protocol_codes(
         timeout=FAST_S,
     )
     assert change.status.code == d.ILLEGAL_INVISIBLE_TIME and "0 ms" in change.status.message
+    forward = await stub.ForwardMessageToDeadLetterQueue(
+        s.ForwardMessageToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle="x:y"),
+        metadata=CLIENT,
+        timeout=FAST_S,
+    )
+    assert forward.status.code == d.INVALID_RECEIPT_HANDLE and "'x:y'" in forward.status.message
 
 
 @pytest.mark.parametrize(

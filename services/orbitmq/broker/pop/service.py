@@ -253,6 +253,24 @@ class PopService:
             self.acks[group, topic] += 1
         return outcome
 
+    async def forward_dead_letter(self, group: str, topic: str, handle: str) -> AckOutcome:
+        """Move the delivery named by ``handle`` to the group's dead-letter topic now (the
+        consumer gave up on it); raises :class:`PopPersistError` when the store refused it (the
+        message is then claimed for a while and dead-lettered at its next expiry)."""
+        receipt = self._receipt(handle)
+        key = PopKey(group, topic, receipt.queue_id)
+        now = self._clock.now_ms()
+        outcome, claim = self.state.change_invisible(
+            key, receipt.offset, receipt.lease, now, DEAD_LETTER_CLAIM_MS
+        )
+        if claim is None:
+            return outcome
+        if not await self._dead_letter(key, receipt.offset):
+            await self._persist([claim])
+            raise PopPersistError(f"dead letter of {key} offset {receipt.offset} not stored")
+        await self._persist([claim, self.state.dead_letter(key, receipt.offset)])
+        return AckOutcome.ACKED
+
     async def change_invisible(
         self, group: str, topic: str, handle: str, invisible_ms: int
     ) -> tuple[AckOutcome, ReceiptHandle | None]:
