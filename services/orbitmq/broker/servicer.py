@@ -508,7 +508,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             queue_ids,
             min(max(request.max_msg_nums, 1), MAX_PULL_BATCH),
             request.invisible_time_ms,
-            fifo=request.fifo,
+            fifo=request.fifo or group.consume_message_orderly,  # the group config decides too
             max_attempts=request.max_delivery_attempts or group.retry_max_times + 1,
             tag_filter=tag_filter,
             wait_ms=max(0, min(request.poll_time_ms, b.settings.max_suspend_ms)),
