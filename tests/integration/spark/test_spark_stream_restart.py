@@ -201,3 +201,23 @@ def test_a_killed_stream_restarts_from_its_checkpoint_without_loss_or_duplicates
     summary = json.loads(ended.stdout.strip().splitlines()[-1])
     assert summary["status"] == "ok" and summary["rows"] == 0, summary
     assert len(spark.read.parquet(str(out)).collect()) == len(produced)
+
+
+def test_help_bad_arguments_and_an_unknown_topic_exit_before_spark_starts(
+    cluster: ThreadCluster, tmp_path: Path
+) -> None:
+    def job(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(JOB), *args], capture_output=True, text=True, env=ENV, timeout=60
+        )
+
+    shown = job("--help")
+    assert shown.returncode == 0 and "--checkpoint" in shown.stdout and "--available-now" in shown.stdout
+    common = ["--output", str(tmp_path / "o"), "--checkpoint", str(tmp_path / "c")]
+    bad = job("--namesrv", "127.0.0.1:1", "--topic", "T", *common, "--max-offsets-per-trigger", "0")
+    assert bad.returncode == 2 and "--max-offsets-per-trigger" in bad.stderr and "1 or more" in bad.stderr
+    unknown = job("--namesrv", cluster.namesrv, "--topic", "NoSuchStreamTopic", *common)
+    assert unknown.returncode == 2, unknown.stderr
+    line = json.loads(unknown.stdout.strip().splitlines()[-1])
+    assert line["status"] == "error" and "--topic" in line["error"] and "NoSuchStreamTopic" in line["error"]
+    assert not (tmp_path / "c").exists()
