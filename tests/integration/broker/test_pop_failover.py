@@ -83,8 +83,11 @@ async def test_promoted_slave_serves_the_pop_state_the_old_master_left(cluster: 
     with pytest.raises(grpc.aio.AioRpcError) as refused:  # a slave hands nothing out
         await pop(new.stub)
     assert failure_of(refused.value).reason == ErrorReason.SLAVE_READ_ONLY
-    await eventually(
-        lambda: new.broker.store.dispatcher.dispatched_offset == old.broker.store.commitlog.max_offset,
+    await eventually(  # the log (POP records included) and the topic's config are copied
+        lambda: (
+            new.broker.store.dispatcher.dispatched_offset == old.broker.store.commitlog.max_offset
+            and new.broker.tables.topics.get(TOPIC) is not None
+        ),
         20,
         lambda: "slave behind",
     )
