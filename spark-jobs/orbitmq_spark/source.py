@@ -72,11 +72,23 @@ class RangePartition(InputPartition):
         self.piece = piece
 
 
+ROWS_PER_BATCH = 4096
+"""Messages per Arrow batch handed to Spark. A broker pull returns at most its transfer cap
+(32 messages by default), and each batch costs fixed work in pyarrow and in Spark's Arrow
+stream: several pulls go into one batch."""
+
+
 def _read(options: ReadOptions, partition: InputPartition) -> Iterator[Any]:
     piece = partition.piece  # type: ignore[attr-defined]
     schema = rows.arrow_schema()
+    pending: list[Any] = []
     for messages in brokers.read_range(options, piece):
-        yield rows.to_batch(schema, piece.broker, messages)
+        pending.extend(messages)
+        if len(pending) >= ROWS_PER_BATCH:
+            yield rows.to_batch(schema, piece.broker, pending)
+            pending = []
+    if pending:
+        yield rows.to_batch(schema, piece.broker, pending)
 
 
 def _plan(
