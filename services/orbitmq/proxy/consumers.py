@@ -83,6 +83,11 @@ class Masters:
         self._channels = channels
         self._masters: dict[str, str] = {}
 
+    @property
+    def names(self) -> list[str]:
+        """The broker groups with a master, as last looked up."""
+        return list(self._masters)
+
     async def refresh(self) -> None:
         info = await self._channels.namesrv_call("GetClusterInfo", nameserver_pb2.GetClusterInfoRequest())
         self._masters = {
@@ -244,6 +249,20 @@ class Consumers:
         )
         status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
         return pb.ChangeInvisibleDurationResponse(status=status, receipt_handle=reply.receipt_handle)
+
+    async def orderly(self, group: str) -> bool:
+        """Whether ``group`` is configured ``consume_message_orderly`` on any master: what
+        a v2 consumer's settings say as ``subscription.fifo`` (the push consumer then consumes
+        each message group in order). A group no broker knows yet is not orderly."""
+        await self.masters.refresh()
+        for name in sorted(self.masters.names):
+            reply = await self.masters.call(
+                name, "ListSubscriptionGroups", broker_pb2.ListSubscriptionGroupsRequest(), RPC_SLACK_S
+            )
+            for config in reply.groups:
+                if config.group_name == group:
+                    return bool(config.consume_message_orderly)
+        return False
 
     async def forward_dead_letter(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest

@@ -182,7 +182,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         async def read() -> None:
             async for command in requests:
                 if command.HasField("settings"):
-                    stream.push(self._settings_reply(client_id, namespace, command.settings))
+                    stream.push(await self._settings_reply(client_id, namespace, command.settings))
 
         reader = asyncio.get_running_loop().create_task(read(), name=f"telemetry-read:{client_id}")
         try:
@@ -199,7 +199,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             reader.cancel()
             self._clients.close_stream(stream)
 
-    def _settings_reply(self, client_id: str, namespace: str, settings: v2.Settings) -> pb.TelemetryCommand:
+    async def _settings_reply(
+        self, client_id: str, namespace: str, settings: v2.Settings
+    ) -> pb.TelemetryCommand:
         kind = settings.client_type
         if kind not in (v2.PRODUCER, *CONSUMER_TYPES):
             return pb.TelemetryCommand(
@@ -222,11 +224,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             policy.exponential_backoff.multiplier = 2
         else:
             self._clients.describe(client_id, kind, namespace, set())
+            if settings.subscription.HasField("group"):
+                reply.subscription.fifo = await self._orderly(convert.real_name(settings.subscription.group))
             policy = reply.backoff_policy
             policy.max_attempts = 17  # 16 redeliveries, as orbitmq's maxReconsumeTimes
             for level_ms in self._delay_levels_ms[2:]:
                 policy.customized_backoff.next.add().FromMilliseconds(level_ms)
         return pb.TelemetryCommand(status=codes.OK, settings=reply)
+
+    async def _orderly(self, group: str) -> bool:
+        """Whether the group consumes in order; unknown while no broker answers (not FIFO then,
+        and the client asks again with its next settings sync)."""
+        try:
+            return await self._consumers.orderly(group)
+        except (grpc.aio.AioRpcError, RpcFailure) as error:
+            log.warning("could not tell whether group %s is orderly: %s", group, error)
+            return False
 
     # -- producers -----------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from rocketmq.grpc_protocol import service_pb2 as s
 from rocketmq.grpc_protocol import service_pb2_grpc
 from v2kit import V2Cluster, v2_cluster
 
+from orbitmq.v1 import broker_pb2
+
 pytestmark = pytest.mark.timeout(60)
 
 CLIENT = (("x-mq-client-id", "test-client@1"),)
@@ -119,6 +121,32 @@ async def test_telemetry_answers_push_consumer_settings_with_a_backoff_policy(
     assert reply.status.code == d.OK
     assert reply.settings.backoff_policy.max_attempts > 1
     assert len(reply.settings.backoff_policy.customized_backoff.next) > 0
+
+
+async def test_telemetry_tells_a_consumer_of_an_orderly_group_to_consume_fifo(
+    cluster: V2Cluster, stub: service_pb2_grpc.MessagingServiceStub
+) -> None:
+    """A group configured consume_message_orderly comes back with subscription.fifo set (the
+    push consumer then keeps each message group in order); other groups without it."""
+    await cluster.broker.stub.CreateSubscriptionGroup(
+        broker_pb2.CreateSubscriptionGroupRequest(
+            group=broker_pb2.SubscriptionGroupConfig(
+                group_name="v2-orderly", consume_enable=True, consume_message_orderly=True
+            )
+        )
+    )
+    fifo = {}
+    for group in ("v2-orderly", "v2-plain"):
+        call = stub.Telemetry(metadata=CLIENT)
+        settings = d.Settings(
+            client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=d.Resource(name=group))
+        )
+        await call.write(s.TelemetryCommand(settings=settings))
+        reply = await asyncio.wait_for(call.read(), FAST_S)
+        call.cancel()
+        assert reply.status.code == d.OK
+        fifo[group] = reply.settings.subscription.fifo
+    assert fifo == {"v2-orderly": True, "v2-plain": False}
 
 
 async def test_telemetry_without_client_id_is_client_id_required(
