@@ -116,11 +116,12 @@ def read_range(options: ReadOptions, piece: QueueRange) -> Iterator[list[StoredM
     """The messages of ``piece`` (queue slots ``[start, end)``) in queue order, one list per
     pull; the broker applies the tag or SQL92 filter.
 
-    Pulls are pipelined: once a pull shows how many slots the broker returns per pull (its
-    stride), the next ones are sent ahead at that stride. A result is used only when its pull
-    started exactly where the previous one ended; otherwise (fewer slots, a filter skipping
-    ahead, a retention gap) the pulls ahead are dropped and the read goes on from the true
-    next offset, so every slot is read once and in order, as with one pull at a time."""
+    The next pull is always in flight while the caller converts this one. Once a pull returns
+    a message for every slot it read (no filter skipped any), its slot count is taken as the
+    broker's stride and up to :data:`PULLS_IN_FLIGHT` pulls are sent ahead at that stride. A
+    result is used only when its pull started exactly where the previous one ended; otherwise
+    (fewer slots, a filter skipping ahead, a retention gap) the pulls ahead are dropped and the
+    read goes on from the true next offset, so every slot is read once and in order."""
     mq = MessageQueue(piece.topic, piece.broker, piece.queue_id)
     key = piece.key
     with _opened(lambda: PullConsumer(options.pull_group, options.namesrv)) as client:
@@ -136,17 +137,20 @@ def read_range(options: ReadOptions, piece: QueueRange) -> Iterator[list[StoredM
             )
 
         offset = piece.start
-        stride = 0  # slots per full pull, once seen; 0: one pull at a time
+        stride = 0  # slots per pull once a pull took every slot it read; 0: one pull ahead
         ahead: deque[tuple[int, Any]] = deque()  # (offset pulled, future), in offset order
-        while offset < piece.end:
-            if not ahead:
+
+        def send_ahead() -> None:
+            if not ahead and offset < piece.end:
                 ahead.append((offset, client.submit(pull(offset, options.pull_batch_size))))
-            if stride:
-                at = ahead[-1][0] + stride
-                while len(ahead) < PULLS_IN_FLIGHT and at < piece.end:
-                    ahead.append((at, client.submit(pull(at, stride))))
-                    at += stride
-            _, pending = ahead.popleft()  # it starts at offset
+            at = ahead[-1][0] + stride if ahead else piece.end
+            while stride and len(ahead) < PULLS_IN_FLIGHT and at < piece.end:
+                ahead.append((at, client.submit(pull(at, stride))))
+                at += stride
+
+        send_ahead()
+        while ahead:
+            _, pending = ahead.popleft()  # the pull that starts at offset
             result = pending.result()
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 if offset < result.min_offset:  # retention removed what this range still needed
@@ -163,12 +167,13 @@ def read_range(options: ReadOptions, piece: QueueRange) -> Iterator[list[StoredM
                 )
             else:
                 step = max(offset + 1, result.next_begin_offset) - offset
-                if result.status is PullStatus.FOUND and not stride:
+                if not stride and step == len(result.messages):  # no slot filtered out or missing
                     stride = step
                 offset += step
             if ahead and ahead[0][0] != offset:  # the pulls ahead guessed wrong: start again here
                 ahead.clear()
                 stride = 0
+            send_ahead()  # before handing this pull over: the broker works while the caller does
             messages = [m for m in result.messages if piece.start <= m.queue_offset < piece.end]
             if messages:
                 yield messages
