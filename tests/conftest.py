@@ -13,3 +13,11 @@ import os
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 os.environ.setdefault("ORBITMQ_BROKER_SEGMENT_BYTES", str(8 * 1024 * 1024))
+
+# gRPC's fork handlers off (read when grpc is first imported, so here, before any test module):
+# the suite never uses gRPC in a forked child, but PySpark starts its JVM with fork + preexec_fn
+# from this process, whose earlier tests leave gRPC threads running. With the handlers on, that
+# fork logged "Other threads are currently calling into gRPC, skipping fork() handlers", the
+# parent's poller hit EBADF and the JVM died before reporting its port (JAVA_GATEWAY_EXITED
+# for every test using the session's SparkSession). A fork followed by exec needs no handlers.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")

@@ -145,6 +145,14 @@ def broker_pods(k8s: K8sCluster, ns: str, cluster: str) -> list[dict[str, Any]]:
     return k8s.get_json("pods", "-n", ns, "-l", selector)["items"]
 
 
+def update_revisions(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> list[str | None]:
+    """Each broker StatefulSet's update revision (what its pods are rolled to)."""
+    return [
+        k8s.get_json("statefulset", f"{cluster}-broker-{n}", "-n", ns)["status"].get("updateRevision")
+        for n in range(groups)
+    ]
+
+
 def rolled(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> bool:
     """Every broker pod Ready at its StatefulSet's update revision, and no roll in the status."""
     status = get(k8s, ns, "orbitmqclusters", cluster).get("status") or {}
@@ -197,9 +205,19 @@ async def test_scale_up_roll_and_drain_on_real_pods(k8s_real_node: K8sCluster, t
             # a second name server: the brokers' settings name every name server, so each broker
             # pod restarts (slaves first, masters after a switchover) and no send fails
             before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in broker_pods(k8s, ns, cluster)}
+            old_revisions = update_revisions(k8s, ns, cluster, 2)
             began = time.monotonic()
             patch = '{"spec": {"nameServers": {"replicas": 2}}}'
             k8s.kubectl("patch", "orbitmqclusters.orbitmq.io", cluster, "-n", ns, "--type=merge", "-p", patch)
+            # first the operator's new pod templates (until then the old pods look rolled), then the roll
+            await wait(
+                "new broker pod templates",
+                lambda: all(
+                    new != old
+                    for new, old in zip(update_revisions(k8s, ns, cluster, 2), old_revisions, strict=True)
+                ),
+                120,
+            )
             await wait("the rolling update", lambda: rolled(k8s, ns, cluster, 2), 300)
             roll_s, roll_pause = time.monotonic() - began, senders.longest_pause(began)
             after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in broker_pods(k8s, ns, cluster)}

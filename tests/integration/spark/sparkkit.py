@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,6 +110,26 @@ class ThreadCluster:
         return self.run(listing())
 
 
+GATEWAY_ATTEMPTS = 3
+
+
+def _start(builder: Any) -> Any:
+    """``getOrCreate`` with a retry when the JVM dies before reporting its port: on a loaded
+    2-core machine a start has failed that way once in a while (the error names no cause), and
+    a failed start leaves nothing behind, so trying again is safe."""
+    from pyspark.errors import PySparkRuntimeError
+
+    for attempt in range(1, GATEWAY_ATTEMPTS + 1):
+        try:
+            return builder.getOrCreate()
+        except PySparkRuntimeError as error:
+            if error.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == GATEWAY_ATTEMPTS:
+                raise
+            logging.getLogger(__name__).warning("Spark's JVM exited at start (attempt %d); again", attempt)
+            time.sleep(1)
+    raise AssertionError("unreachable")
+
+
 def spark_session(app: str) -> Any:
     """A ``local[2]`` SparkSession with the ``orbitmq`` format registered; its Python workers
     run this interpreter (the venv's, where orbitmq_spark is installed)."""
@@ -121,7 +142,7 @@ def spark_session(app: str) -> Any:
 
     import orbitmq_spark
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(app)
         .config("spark.ui.enabled", "false")
@@ -131,8 +152,8 @@ def spark_session(app: str) -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.streaming.pollingDelay", "100ms")
-        .getOrCreate()
     )
+    spark = _start(builder)
     spark.sparkContext.setLogLevel("WARN")
     orbitmq_spark.register(spark)
     return spark
