@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orbitmq.common.errors import OrbitError
-from orbitmq.common.names import validate_topic_name
+from orbitmq_spark.jobkit import UsageError, namesrv_arg, run_job, topic_arg
 
 OFFSETS_DIR = "_offsets"
 FAILPOINT_ENV = "ORBITMQ_ARCHIVE_FAILPOINT"
@@ -51,31 +51,8 @@ FAILPOINT_ENV = "ORBITMQ_ARCHIVE_FAILPOINT"
 offsets file (where a crash must not duplicate anything), so a test can SIGKILL it there."""
 
 
-class UsageError(Exception):
-    """Bad arguments or a topic the cluster does not have: exit status 2."""
-
-
 class CheckError(Exception):
     """The rows written do not match the queues' offsets: the run is not committed."""
-
-
-def namesrv_arg(text: str) -> str:
-    """argparse type of ``--namesrv``: ``host:port;host:port``."""
-    for address in text.split(";"):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise argparse.ArgumentTypeError(f"{address!r} must be host:port with a port of 1..65535")
-    return text
-
-
-def topic_arg(text: str) -> str:
-    try:
-        return validate_topic_name(text.strip())
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-topic_arg.__name__ = "topic"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -388,18 +365,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"archive.py: error: {error}", file=sys.stderr)
-        print(json.dumps({"job": "archive", "status": "error", "error": str(error)}))
-        return 2
-    except (CheckError, OrbitError, ValueError, OSError) as error:
-        print(f"archive.py: error: {error}", file=sys.stderr)
-        print(json.dumps({"job": "archive", "status": "error", "error": str(error)}))
-        return 1
-    print(json.dumps(summary))
-    return 0
+    return run_job("archive", lambda: run(args), (CheckError, OrbitError, ValueError, OSError))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from datetime import UTC, datetime
@@ -26,36 +25,13 @@ import grpc
 
 from orbitmq.client.admin import Admin
 from orbitmq.common.errors import OrbitError
-from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.v1.broker_pb2 import ErrorReason
+from orbitmq_spark.jobkit import UsageError, group_arg, namesrv_arg, run_job, topic_arg
 
 SCHEMA = (
     "at timestamp, group string, topic string, broker string, queue int, "
     "committed_offset long, max_offset long, lag long, last_timestamp timestamp, date string"
 )
-
-
-class UsageError(Exception):
-    """Bad arguments, or a group the brokers do not know: exit status 2."""
-
-
-def _name(kind: str, check: Any) -> Any:
-    def parse(text: str) -> str:
-        try:
-            return check(text.strip())
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    parse.__name__ = kind
-    return parse
-
-
-def _namesrv(text: str) -> str:
-    for address in text.split(";"):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise argparse.ArgumentTypeError(f"{address!r} must be host:port with a port of 1..65535")
-    return text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,15 +40,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Append each consumer group's per-queue committed offset, max offset and lag "
         "to Parquet (partitioned by date); print a summary table and a JSON summary line.",
     )
-    parser.add_argument("--namesrv", required=True, type=_namesrv, help="name servers 'host:port;host:port'")
+    parser.add_argument(
+        "--namesrv", required=True, type=namesrv_arg, help="name servers 'host:port;host:port'"
+    )
     parser.add_argument(
         "--group",
         action="append",
-        type=_name("group", validate_group_name),
+        type=group_arg,
         default=[],
         help="a consumer group to report (repeat for several; default: every group the brokers know)",
     )
-    parser.add_argument("--topic", type=_name("topic", validate_topic_name), help="only this topic")
+    parser.add_argument("--topic", type=topic_arg, help="only this topic")
     parser.add_argument(
         "--output", required=True, help="Parquet dataset to append to (a path or URI Spark writes)"
     )
@@ -177,18 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"lag_report.py: error: {error}", file=sys.stderr)
-        print(json.dumps({"job": "lag_report", "status": "error", "error": str(error)}))
-        return 2
-    except (OrbitError, ValueError, grpc.aio.AioRpcError) as error:
-        print(f"lag_report.py: error: {error}", file=sys.stderr)
-        print(json.dumps({"job": "lag_report", "status": "error", "error": str(error)}))
-        return 1
-    print(json.dumps(summary))
-    return 0
+    return run_job("lag_report", lambda: run(args), (OrbitError, ValueError, grpc.aio.AioRpcError))
 
 
 if __name__ == "__main__":

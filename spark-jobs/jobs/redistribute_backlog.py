@@ -75,10 +75,10 @@ from orbitmq.client.channels import Channels
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.client.queue import MessageQueue
 from orbitmq.common.errors import OrbitError
-from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
+from orbitmq_spark.jobkit import UsageError, group_arg, namesrv_arg, run_job, topic_arg
 
 JOB = "redistribute_backlog"
 MARK_FROM = "orbitmqCopyFrom"
@@ -91,32 +91,6 @@ TARGET_ROUTE_WAIT_S = 30.0
 
 QueueId = tuple[str, int]
 """(broker name, queue id) of one queue of a known topic."""
-
-
-class UsageError(Exception):
-    """Bad arguments, an unknown topic or group, or online consumers: exit status 2."""
-
-
-# -- arguments -----------------------------------------------------------------------------------
-
-
-def _name(kind: str, check: Any) -> Any:
-    def parse(text: str) -> str:
-        try:
-            return check(text.strip())
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    parse.__name__ = kind
-    return parse
-
-
-def _namesrv(text: str) -> str:
-    for address in text.split(";"):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise argparse.ArgumentTypeError(f"{address!r} must be host:port with a port of 1..65535")
-    return text
 
 
 def _order_by(text: str) -> str:
@@ -150,20 +124,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "it. Stop the group's consumers first; rerun as is after a failure (copies are marked, "
         "a rerun skips them). Prints a JSON summary line last.",
     )
-    parser.add_argument("--namesrv", required=True, type=_namesrv, help="name servers 'host:port;host:port'")
     parser.add_argument(
-        "--topic", required=True, type=_name("topic", validate_topic_name), help="the backlogged topic"
+        "--namesrv", required=True, type=namesrv_arg, help="name servers 'host:port;host:port'"
     )
+    parser.add_argument("--topic", required=True, type=topic_arg, help="the backlogged topic")
     parser.add_argument(
         "--group",
         required=True,
-        type=_name("group", validate_group_name),
+        type=group_arg,
         help="the consumer group that lags",
     )
     parser.add_argument(
         "--target",
         required=True,
-        type=_name("topic", validate_topic_name),
+        type=topic_arg,
         help="the topic to copy the backlog to (more write queues than --topic)",
     )
     parser.add_argument(
@@ -182,7 +156,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--producer-group",
-        type=_name("group", validate_group_name),
+        type=group_arg,
         default="orbitmq-redistribute",
         help="producer group of the copy's sends (default orbitmq-redistribute)",
     )
@@ -564,24 +538,10 @@ def headline(error: BaseException) -> str:
     return (raised[-1] if raised else lines[0])[:2000]
 
 
-def _error_line(error: BaseException) -> str:
-    return json.dumps({"job": JOB, "status": "error", "error": headline(error)})
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"redistribute_backlog.py: error: {error}", file=sys.stderr)
-        print(_error_line(error))
-        return 2
-    except Exception as error:  # Spark's errors too: the JSON line is the scheduler's interface
-        print(f"redistribute_backlog.py: error: {headline(error)}", file=sys.stderr)
-        print(_error_line(error))
-        return 1
-    print(json.dumps(summary))
-    return 0
+    # Spark's errors too: the JSON line is the scheduler's interface
+    return run_job(JOB, lambda: run(args), (Exception,), describe=headline)
 
 
 if __name__ == "__main__":

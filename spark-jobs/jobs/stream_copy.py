@@ -25,9 +25,8 @@ import sys
 import time
 from typing import Any
 
-from archive import UsageError, namesrv_arg, topic_arg
-
 from orbitmq.common.errors import OrbitError
+from orbitmq_spark.jobkit import UsageError, namesrv_arg, run_job, topic_arg
 
 
 class QueryFailedError(Exception):
@@ -140,18 +139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"stream_copy.py: error: {error}", file=sys.stderr)
-        print(json.dumps({"job": "stream_copy", "status": "error", "error": str(error)}))
-        return 2
-    except (QueryFailedError, OrbitError, ValueError, OSError) as error:
-        print(f"stream_copy.py: error: {error}", file=sys.stderr)
-        print(json.dumps({"job": "stream_copy", "status": "error", "error": str(error)}))
-        return 1
-    print(json.dumps(summary))
-    return 0
+    return run_job("stream_copy", lambda: run(args), (QueryFailedError, OrbitError, ValueError, OSError))
 
 
 if __name__ == "__main__":
