@@ -31,6 +31,23 @@ from orbitmq.store.record import StoredMessage
 T = TypeVar("T")
 
 
+Place = tuple[str, int, int]
+"""(broker, queue, queue offset): where a message is stored, once."""
+
+
+def spark_submit(job: Path, args: list[str]) -> list[str]:
+    """The command line running ``job`` with the venv's ``spark-submit`` on ``local[2]``."""
+    return [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(job),
+        *args,
+    ]
+
+
 class ThreadCluster:
     """A name server and brokers on an event loop of their own (see the module docstring)."""
 
@@ -88,15 +105,20 @@ class ThreadCluster:
 
     def read_all(self, topic: str, group: str = "spark-test-check") -> list[StoredMessage]:
         """Every message of ``topic`` (all queues, from min to max) with the pull consumer."""
+        return list(self.stored(topic, group).values())
 
-        async def read() -> list[StoredMessage]:
-            found: list[StoredMessage] = []
+    def stored(self, topic: str, group: str = "spark-test-check") -> dict[Place, StoredMessage]:
+        """Every message of ``topic`` by where it is stored, queue by queue from min to max."""
+
+        async def read() -> dict[Place, StoredMessage]:
+            found: dict[Place, StoredMessage] = {}
             async with PullConsumer(group, self.namesrv) as consumer:
                 for mq in await consumer.queues(topic, refresh=True):
                     offset, end = await consumer.min_offset(mq), await consumer.max_offset(mq)
                     while offset < end:
                         result = await consumer.pull(mq, offset, max_nums=256)
-                        found.extend(result.messages)
+                        for m in result.messages:
+                            found[(mq.broker_name, mq.queue_id, m.queue_offset)] = m
                         offset = result.next_begin_offset
             return found
 

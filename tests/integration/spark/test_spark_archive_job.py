@@ -16,17 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sparkkit import ThreadCluster
+from sparkkit import Place, ThreadCluster, spark_submit
 
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
-from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.store.record import StoredMessage
 
 pytestmark = pytest.mark.timeout(480)
 
 JOB = Path(__file__).resolve().parents[3] / "spark-jobs" / "jobs" / "archive.py"
-BIN = Path(sys.executable).parent
 ENV = {
     **os.environ,
     "PYSPARK_PYTHON": sys.executable,
@@ -36,15 +34,7 @@ ENV = {
 
 
 def _command(args: list[str]) -> list[str]:
-    return [
-        str(BIN / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(JOB),
-        *args,
-    ]
+    return spark_submit(JOB, args)
 
 
 def _archive(namesrv: str, topic: str, out: Path, *extra: str) -> dict[str, Any]:
@@ -107,26 +97,8 @@ def _send_batches(cluster: ThreadCluster, topic: str, prefix: str, batches: int,
     cluster.run(send())
 
 
-Place = tuple[str, int, int]
-"""(broker, queue, queue offset): where a message is stored, once."""
-
-
 def _produced(cluster: ThreadCluster, topic: str) -> dict[Place, StoredMessage]:
-    """Every message of ``topic`` on the brokers, read with the project's pull consumer."""
-
-    async def read() -> dict[Place, StoredMessage]:
-        found: dict[Place, StoredMessage] = {}
-        async with PullConsumer("spark-archive-check", cluster.namesrv) as consumer:
-            for mq in await consumer.queues(topic, refresh=True):
-                offset, end = await consumer.min_offset(mq), await consumer.max_offset(mq)
-                while offset < end:
-                    result = await consumer.pull(mq, offset, max_nums=256)
-                    for m in result.messages:
-                        found[(mq.broker_name, mq.queue_id, m.queue_offset)] = m
-                    offset = result.next_begin_offset
-        return found
-
-    return cluster.run(read())
+    return cluster.stored(topic, "spark-archive-check")
 
 
 def _assert_archive_is(spark: Any, out: Path, expected: dict[Place, StoredMessage]) -> None:

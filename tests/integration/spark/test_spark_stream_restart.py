@@ -17,36 +17,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sparkkit import ThreadCluster
+from sparkkit import Place, ThreadCluster, spark_submit
 
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
-from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.store.record import StoredMessage
 
 pytestmark = pytest.mark.timeout(360)
 
 JOB = Path(__file__).resolve().parents[3] / "spark-jobs" / "jobs" / "stream_copy.py"
-BIN = Path(sys.executable).parent
 ENV = {
     **os.environ,
     "PYSPARK_PYTHON": sys.executable,
     "PYSPARK_DRIVER_PYTHON": sys.executable,
     "SPARK_LOCAL_IP": "127.0.0.1",
 }
-Place = tuple[str, int, int]
 
 
 def _command(args: list[str]) -> list[str]:
-    return [
-        str(BIN / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(JOB),
-        *args,
-    ]
+    return spark_submit(JOB, args)
 
 
 @pytest.fixture
@@ -107,19 +96,7 @@ class Sender:
 
 
 def _produced(cluster: ThreadCluster, topic: str) -> dict[Place, StoredMessage]:
-    async def read() -> dict[Place, StoredMessage]:
-        found: dict[Place, StoredMessage] = {}
-        async with PullConsumer("spark-stream-restart-check", cluster.namesrv) as consumer:
-            for mq in await consumer.queues(topic, refresh=True):
-                offset, end = await consumer.min_offset(mq), await consumer.max_offset(mq)
-                while offset < end:
-                    result = await consumer.pull(mq, offset, max_nums=256)
-                    for m in result.messages:
-                        found[(mq.broker_name, mq.queue_id, m.queue_offset)] = m
-                    offset = result.next_begin_offset
-        return found
-
-    return cluster.run(read())
+    return cluster.stored(topic, "spark-stream-restart-check")
 
 
 def _batches(folder: Path) -> list[int]:
