@@ -104,6 +104,13 @@ KINDS: tuple[Kind, ...] = (
                 "jsonPath": ".status.brokerGroupsReady",
                 "description": "Broker groups with a writable master.",
             },
+            {
+                "name": "Proxies-Ready",
+                "type": "integer",
+                "jsonPath": ".status.proxiesReady",
+                "description": "Ready pods of orbitmq proxy (spec.proxy), the RocketMQ 5 endpoint.",
+                "priority": 1,
+            },
             _ready_column(),
             _age_column(),
         ),

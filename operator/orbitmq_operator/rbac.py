@@ -68,6 +68,7 @@ def namespaced_rules(*, clusterwide: bool = False) -> list[Rule]:
         _rule(GROUP, [f"{p}/status" for p in PLURALS], ["patch"]),
         _rule(GROUP, [f"{CLUSTERS}/finalizers"], ["update"]),
         _rule("apps", ["statefulsets"], ["get", "list", "create", "patch", "delete"]),
+        _rule("apps", ["deployments"], ["list", "create", "patch", "delete"]),
         _rule("", ["services"], ["list", "create", "patch", "delete"]),
         _rule("", ["configmaps"], ["list", "create", "patch"]),
         _rule("policy", ["poddisruptionbudgets"], ["list", "create", "patch", "delete"]),

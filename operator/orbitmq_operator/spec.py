@@ -202,6 +202,21 @@ class FailoverSpec(_Spec):
     )
 
 
+class ProxySpec(_Spec):
+    """``orbitmq proxy``: the Apache RocketMQ 5 gRPC protocol (``apache.rocketmq.v2``) in front
+    of the cluster, so the official RocketMQ 5 clients of every language reach it through one
+    Service (``<cluster>-proxy.<ns>.svc:8081``). Stateless: POP and transaction state live in
+    the brokers, so replicas are interchangeable and scale freely."""
+
+    replicas: int = Field(
+        default=0,
+        ge=0,
+        le=32,
+        description="Proxy pods (a Deployment behind one Service); 0: no proxy, only orbitmq's own protocol.",
+    )
+    resources: Resources = Field(default_factory=Resources)
+
+
 class MetricsSpec(_Spec):
     port: int = Field(default=9100, ge=1024, le=65535, description="Prometheus /metrics port of every pod.")
 
@@ -314,6 +329,7 @@ class ClusterSpec(_Spec):
     name_servers: NameServersSpec = Field(default_factory=NameServersSpec)
     brokers: BrokersSpec = Field(default_factory=BrokersSpec)
     failover: FailoverSpec = Field(default_factory=FailoverSpec)
+    proxy: ProxySpec = Field(default_factory=ProxySpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     pod: PodSpec = Field(default_factory=PodSpec)
 
@@ -425,6 +441,10 @@ class ClusterStatus(_Spec):
     broker_groups_ready: int = Field(default=0, description="Groups with a writable master.")
     broker_groups: list[BrokerGroupStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
     namesrv_address: str = Field(default="", description="What clients give as --namesrv.")
+    proxies_ready: int = Field(default=0, description="Ready pods of spec.proxy.")
+    proxy_address: str = Field(
+        default="", description="What Apache RocketMQ 5 clients give as their endpoint (with spec.proxy)."
+    )
     drains: list[DrainStatus] = Field(default_factory=list, json_schema_extra=list_map("name"))
     rolling_updates: list[RollingUpdateStatus] = Field(
         default_factory=list, json_schema_extra=list_map("name")

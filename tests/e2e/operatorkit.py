@@ -13,7 +13,7 @@ from kopf.testing import KopfRunner
 
 CRDS = REPO_ROOT / "charts" / "orbitmq" / "crds"
 PLURALS = ("orbitmqclusters", "orbitmqtopics", "orbitmqconsumergroups")
-CHILD_KINDS = "statefulsets,services,configmaps,poddisruptionbudgets"
+CHILD_KINDS = "statefulsets,deployments,services,configmaps,poddisruptionbudgets"
 RESYNC_S = 2
 IMAGE = "orbitmq:e2e"
 

@@ -158,6 +158,36 @@ def test_cluster_lifecycle(k8s_cluster: K8sCluster, namespace: str, monkeypatch:
             k8s_cluster, namespace, "orbitmqclusters", CLUSTER, "Ready", "False", "BrokersNotReady"
         )
 
+        # a RocketMQ 5 endpoint: the proxy's Deployment and Service come, and go again at 0
+        proxy = {
+            ("Service", "demo-proxy"),
+            ("Deployment", "demo-proxy"),
+            ("PodDisruptionBudget", "demo-proxy"),
+        }
+        patch_spec(k8s_cluster, namespace, '{"spec":{"proxy":{"replicas":1}}}')
+        k8s_cluster.wait_for(
+            "the proxy's objects", lambda: set(children(k8s_cluster, namespace, CLUSTER)) >= proxy
+        )
+        deployment = children(k8s_cluster, namespace, CLUSTER)[("Deployment", "demo-proxy")]
+        assert deployment["spec"]["replicas"] == 1
+        k8s_cluster.wait_for(
+            "status.proxyAddress",
+            lambda: (
+                get(k8s_cluster, namespace, "orbitmqclusters", CLUSTER)["status"].get("proxyAddress")
+                == f"demo-proxy.{namespace}.svc:8081"
+            ),
+        )
+        patch_spec(k8s_cluster, namespace, '{"spec":{"proxy":{"replicas":0}}}')
+        k8s_cluster.wait_for(
+            "the proxy's objects pruned",
+            lambda: not set(children(k8s_cluster, namespace, CLUSTER)) & proxy,
+        )
+        assert set(children(k8s_cluster, namespace, CLUSTER)) == EXPECTED | {
+            ("PodDisruptionBudget", "demo-namesrv")
+        }
+        deleted = [e["message"] for e in events(k8s_cluster, namespace, CLUSTER) if e["reason"] == "Deleted"]
+        assert any("Deployment demo-proxy" in m for m in deleted), deleted
+
         # deletion: the garbage collector takes the children, the brokers' volumes stay (Retain)
         claims = k8s_cluster.get_json("pvc", "-n", namespace)["items"]
         assert sorted(c["metadata"]["name"] for c in claims) == [

@@ -244,3 +244,47 @@ def with_user_pod_settings(cluster: Cluster, pod_spec: dict[str, Any]) -> dict[s
         container["env"] = [*container.get("env", []), *(e.model_dump(by_alias=True) for e in pod.env)]
     out["containers"] = [container]
     return out
+
+
+def stateless_pod_spec(
+    cluster: Cluster,
+    component: str,
+    *,
+    container: str,
+    command: list[str],
+    grpc_port: int,
+    startup_budget_s: int,
+    resources: Resources,
+    termination_grace_s: int,
+) -> dict[str, Any]:
+    """The pod of a process that keeps nothing on disk (a name server, a proxy): its gRPC and
+    metrics ports, health probes, /tmp as the only writable path, and the user's ``spec.pod``.
+
+    Such processes never call the Kubernetes API, and service links would put variables of our
+    own Services among their settings (a cluster named orbitmq: ``ORBITMQ_NAMESRV_PORT``)."""
+    spec = cluster.spec
+    main: dict[str, Any] = {
+        "name": container,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy.value,
+        "command": command,
+        "ports": [tcp_port("grpc", grpc_port), tcp_port("metrics", spec.metrics.port)],
+        **grpc_probes(grpc_port, startup_budget_s),
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": names.TMP_VOLUME, "mountPath": names.TMP_MOUNT}],
+    }
+    limits = container_resources(resources)
+    if limits:
+        main["resources"] = limits
+    return with_user_pod_settings(
+        cluster,
+        {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": termination_grace_s,
+            "securityContext": pod_security_context(),
+            "affinity": spread_over_nodes(cluster, component),
+            "containers": [main],
+            "volumes": [tmp_volume()],
+        },
+    )

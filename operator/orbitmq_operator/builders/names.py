@@ -12,6 +12,9 @@ Every name derives from the ``OrbitMQCluster``'s name, so an object's owner is r
                                 ``kubectl``, metrics and ``orbitmq admin``)
 ``<c>-broker-config``           ConfigMap holding ``broker.yaml`` (shared by every group)
 ``data-<c>-broker-<i>-<n>``     PVC of pod ``n`` of group ``i`` (made by the StatefulSet)
+``<c>-proxy``                   ``orbitmq proxy`` (``spec.proxy``): Deployment, PDB, and the
+                                ClusterIP Service RocketMQ 5 clients use
+                                (``<c>-proxy.<ns>.svc:8081``)
 ==============================  ==========================================================
 
 The orbitmq *cluster name* brokers register under is the resource's name too.
@@ -30,6 +33,7 @@ MANAGED_BY = "orbitmq-operator"
 
 NAMESRV = "namesrv"
 BROKER = "broker"
+PROXY = "proxy"
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -41,6 +45,8 @@ ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 """The services' default gRPC ports (DESIGN §3); replication shares the broker's port."""
+PROXY_PORT = 8081
+"""``orbitmq proxy``'s gRPC port: RocketMQ 5's proxy port, which its clients' examples use."""
 CLUSTER_DOMAIN_SUFFIX = "svc"
 """``<svc>.<ns>.svc`` resolves through the pods' DNS search path on any cluster domain, where
 ``svc.cluster.local`` would hard-code the default domain."""
@@ -103,6 +109,16 @@ def broker_group(cluster: str, index: int) -> str:
 
 def broker_config(cluster: str) -> str:
     return f"{cluster}-{BROKER}-config"
+
+
+def proxy(cluster: str) -> str:
+    """Deployment, PDB and ClusterIP Service of ``orbitmq proxy``."""
+    return f"{cluster}-{PROXY}"
+
+
+def proxy_service_address(cluster: str, namespace: str) -> str:
+    """The endpoint RocketMQ 5 clients are given (their ``ClientConfiguration`` endpoints)."""
+    return f"{proxy(cluster)}.{namespace}.{CLUSTER_DOMAIN_SUFFIX}:{PROXY_PORT}"
 
 
 def namesrv_service_address(cluster: str, namespace: str) -> str:

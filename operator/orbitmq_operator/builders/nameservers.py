@@ -96,30 +96,13 @@ def namesrv_command(metrics_port: int) -> list[str]:
 
 def _pod_spec(cluster: Cluster) -> dict[str, Any]:
     spec = cluster.spec
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": spec.image,
-        "imagePullPolicy": spec.image_pull_policy.value,
-        "command": namesrv_command(spec.metrics.port),
-        "ports": [common.tcp_port("grpc", names.NAMESRV_PORT), common.tcp_port("metrics", spec.metrics.port)],
-        **common.grpc_probes(names.NAMESRV_PORT, STARTUP_BUDGET_S),
-        "securityContext": common.container_security_context(),
-        "volumeMounts": [{"name": names.TMP_VOLUME, "mountPath": names.TMP_MOUNT}],
-    }
-    resources = common.container_resources(spec.name_servers.resources)
-    if resources:
-        container["resources"] = resources
-    return common.with_user_pod_settings(
+    return common.stateless_pod_spec(
         cluster,
-        {
-            # the processes never call the Kubernetes API; service links would put variables of
-            # our own Services among the settings' (a cluster named orbitmq: ORBITMQ_NAMESRV_PORT)
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-            "securityContext": common.pod_security_context(),
-            "affinity": common.spread_over_nodes(cluster, names.NAMESRV),
-            "containers": [container],
-            "volumes": [common.tmp_volume()],
-        },
+        names.NAMESRV,
+        container=CONTAINER,
+        command=namesrv_command(spec.metrics.port),
+        grpc_port=names.NAMESRV_PORT,
+        startup_budget_s=STARTUP_BUDGET_S,
+        resources=spec.name_servers.resources,
+        termination_grace_s=TERMINATION_GRACE_S,
     )

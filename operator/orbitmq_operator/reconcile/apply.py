@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube import ApiError, AsyncClient, codecs
-from lightkube.resources.apps_v1 import StatefulSet
+from lightkube.resources.apps_v1 import Deployment, StatefulSet
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
@@ -47,6 +47,7 @@ KINDS: dict[str, Any] = {
     "ConfigMap": ConfigMap,
     "Service": Service,
     "StatefulSet": StatefulSet,
+    "Deployment": Deployment,
     "PodDisruptionBudget": PodDisruptionBudget,
 }
 """The kinds the builders make, each listed once per reconcile by the cluster's labels."""
@@ -91,6 +92,8 @@ class ApplyResult:
     unchanged: list[Key] = field(default_factory=list)
     scaled: list[tuple[str, int, int]] = field(default_factory=list)
     """(StatefulSet, replicas before, replicas now) for each scaling step."""
+    deleted: list[Key] = field(default_factory=list)
+    """Objects of a prunable component no longer desired (a proxy scaled to 0)."""
 
 
 async def existing_objects(client: AsyncClient, cluster: Cluster) -> dict[Key, dict[str, Any]]:
@@ -133,6 +136,35 @@ async def apply_objects(
             result.updated.append(key)
         log.info("applied %s %s/%s", key[0], cluster.namespace, key[1])
     return result
+
+
+def prunable_leftovers(
+    desired: Sequence[Manifest], current: Mapping[Key, Mapping[str, Any]], components: frozenset[str]
+) -> list[Key]:
+    """Existing objects of ``components`` (by their component label) that ``desired`` no longer
+    holds. Only such components: a broker group beyond the spec is drained, never deleted here."""
+    wanted = {key_of(m) for m in desired}
+    return sorted(
+        key
+        for key, obj in current.items()
+        if key not in wanted
+        and (obj.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPONENT) in components
+    )
+
+
+async def prune_objects(
+    client: AsyncClient, cluster: Cluster, keys: Sequence[Key], result: ApplyResult
+) -> None:
+    """Delete ``keys`` (already gone is fine: another reconcile or a person got there first)."""
+    for kind, name in keys:
+        try:
+            await client.delete(KINDS[kind], name, namespace=cluster.namespace)
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+        metrics.OBJECT_WRITES.labels(kind).inc()
+        result.deleted.append((kind, name))
+        log.info("deleted %s %s/%s (no longer in the spec)", kind, cluster.namespace, name)
 
 
 async def _recreate_orphaning(client: AsyncClient, cluster: Cluster, name: str) -> None:

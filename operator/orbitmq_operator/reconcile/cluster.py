@@ -26,7 +26,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
-from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names
+from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names, proxies
 from orbitmq_operator.builders.changes import surplus_broker_groups
 from orbitmq_operator.reconcile import apply, drain, rolling
 from orbitmq_operator.reconcile.cluster_status import (
@@ -87,6 +87,8 @@ async def reconcile_cluster(
         return Outcome(status, [Event("InvalidSpec", f"{error}; nothing applied", warning=True)], error=error)
     current = await apply.existing_objects(client, cluster)
     result = await apply.apply_objects(client, cluster, desired, current)
+    leftovers = apply.prunable_leftovers(desired, current, proxies.PRUNABLE)
+    await apply.prune_objects(client, cluster, leftovers, result)
     events = _apply_events(result)
     surplus = surplus_broker_groups(cluster, current.values())
     drains = drain.DrainOutcome()
@@ -122,7 +124,9 @@ def _apply_events(result: apply.ApplyResult) -> list[Event]:
         Event("Scaling", f"StatefulSet {name}: {before} -> {after} replicas")
         for name, before, after in result.scaled
     ]
-    events += [Event("Created", f"{kind} {name}") for kind, name in result.created if kind == "StatefulSet"]
+    workloads = ("StatefulSet", "Deployment")
+    events += [Event("Created", f"{kind} {name}") for kind, name in result.created if kind in workloads]
+    events += [Event("Deleted", f"{kind} {name} (no longer in the spec)") for kind, name in result.deleted]
     events += [
         Event("Recreated", f"StatefulSet {name} re-created for an immutable change (pods and volumes kept)")
         for _, name in result.recreated
@@ -140,8 +144,8 @@ async def observe(
 ) -> Observed:
     """Ready replicas of each StatefulSet, and each reachable broker's role and epoch."""
 
-    def ready(name: str) -> int:
-        obj = current.get(("StatefulSet", name)) or {}
+    def ready(name: str, kind: str = "StatefulSet") -> int:
+        obj = current.get((kind, name)) or {}
         return int((obj.get("status") or {}).get("readyReplicas") or 0)
 
     pods = await broker_pods(client, cluster) if observe_brokers else {}
@@ -159,7 +163,12 @@ async def observe(
             )
         )
     return Observed(
-        cluster.spec.name_servers.replicas, ready(names.namesrv(cluster.name)), tuple(groups), tuple(surplus)
+        cluster.spec.name_servers.replicas,
+        ready(names.namesrv(cluster.name)),
+        tuple(groups),
+        tuple(surplus),
+        proxy_replicas=cluster.spec.proxy.replicas,
+        proxy_ready=ready(names.proxy(cluster.name), "Deployment"),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orbitmq_operator.builders import Cluster, namesrv_address
+from orbitmq_operator.builders import Cluster, namesrv_address, proxy_address
 from orbitmq_operator.builders.drain import DrainDecision, DrainStep
 from orbitmq_operator.builders.rolling import RollDecision
 from orbitmq_operator.reconcile import conditions
@@ -57,6 +57,8 @@ class Observed:
     """Groups being drained, and what the drain decided this time."""
     rolls: Sequence[RollDecision] = field(default_factory=tuple)
     """Groups whose pods are not all at their StatefulSet's update revision, and the step taken."""
+    proxy_replicas: int = 0
+    proxy_ready: int = 0
 
 
 def group_status(group: ObservedGroup) -> dict[str, Any]:
@@ -104,11 +106,15 @@ def verdicts(cluster: Cluster, observed: Observed) -> list[Verdict]:
     ]
     if observed.namesrv_ready < observed.namesrv_replicas:
         short.append(f"name servers {observed.namesrv_ready}/{observed.namesrv_replicas}")
+    if observed.proxy_ready < observed.proxy_replicas:
+        short.append(f"proxies {observed.proxy_ready}/{observed.proxy_replicas}")
     if short:
         message = f"serving, with pods not ready: {', '.join(short)}"
         return conditions.degraded(Reason.REPLICAS_NOT_READY, message)
     writable = len(observed.groups)
     message = f"{writable} broker group(s) writable, {observed.namesrv_ready} name server(s) ready"
+    if observed.proxy_replicas:
+        message += f", {observed.proxy_ready} proxy(ies) ready"
     return conditions.ready(Reason.RECONCILED, message)
 
 
@@ -123,6 +129,8 @@ def cluster_status(
         "brokerGroupsReady": sum(1 for g in groups if g["writable"]),
         "brokerGroups": groups,
         "namesrvAddress": namesrv_address(cluster),
+        "proxiesReady": observed.proxy_ready,
+        "proxyAddress": proxy_address(cluster),
     }
 
 

@@ -207,6 +207,7 @@ def test_names_columns_and_subresources() -> None:
     assert [column["name"] for column in version["additionalPrinterColumns"]] == [
         "Groups",
         "Groups-Ready",
+        "Proxies-Ready",
         "Ready",
         "Age",
     ]
