@@ -9,11 +9,17 @@ official one on its own I/O thread, as it always does). Figures (1 KiB bodies):
   Both throughput figures alternate rounds of each side, so a change of load hits both alike.
 * ``v2_send_sequential_per_s`` — one send at a time (each waits for its receipt); baseline:
   orbitmq's producer the same way.
+* ``v2_receive_ack_per_s`` — draining a backlog of ``messages`` (8 queues, loaded before):
+  the official ``SimpleConsumer`` receives batches of up to 32 with ``RECEIVES_IN_FLIGHT``
+  receives outstanding (its future API) and acks every message, ``ACKS_IN_FLIGHT`` acks
+  outstanding on ``ACK_THREADS`` threads (its ``ack_async`` is unusable in 5.1.x); baseline:
+  orbitmq's push consumer of another group draining the same backlog
+  (offsets committed as it goes). Rate of each side from its first delivered batch to its
+  last message (the first batch's messages not counted), so the consumers' different start-ups
+  (settings and routes; rebalance) are left out alike. The two groups alternate which drains
+  first over ``DRAIN_ROUNDS`` backlogs. Target ratio ≥ 0.5.
 * ``v2_produce_to_receive_p99_ms`` — sends paced at 1 000 msg/s, latency from before the send
   to an orbitmq push consumer's listener; baseline: the same with orbitmq's producer.
-
-Receive and ack through the official client need POP in the broker (not served yet): that
-figure is missing until ``ReceiveMessage`` is.
 """
 
 from __future__ import annotations
@@ -24,16 +30,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import click
 
 from orbitmq.bench.broker import Process, cli
-from orbitmq.bench.e2e import cluster_processes
+from orbitmq.bench.e2e import _produce, _wait, cluster_processes
 from orbitmq.bench.figures import Figure
+from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
-from orbitmq.client.consumer_types import ConsumeStatus
+from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumeStatus
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.store.record import StoredMessage
@@ -45,6 +53,15 @@ PACED_RATE = 1_000
 PACED_SECONDS = 5
 ROUNDS = 4
 """Throughput is measured in this many alternating rounds per side."""
+DRAIN_ROUNDS = 2
+"""Backlogs drained by both consumers, each side first once."""
+RECEIVE_BATCH = 32
+RECEIVES_IN_FLIGHT = 4
+ACKS_IN_FLIGHT = 64
+ACK_THREADS = 16
+INVISIBLE_S = 60
+"""Longer than a drain takes, so no message comes back before its ack."""
+BACKLOG_QUEUES = 8
 
 
 def _official() -> Any:
@@ -157,6 +174,114 @@ async def _throughput(
     return {name: (total / theirs, total / mine) for name, (theirs, mine) in seconds.items()}
 
 
+class _OfficialDrainer:
+    """A started official ``SimpleConsumer`` of one topic; :meth:`drain` blocks (call it in a
+    thread)."""
+
+    def __init__(self, proxy: str, topic: str, group: str) -> None:
+        client, _model, _producer = _official()
+        from rocketmq.v5.consumer import SimpleConsumer
+        from rocketmq.v5.model import FilterExpression
+
+        self._consumer = SimpleConsumer(
+            client.ClientConfiguration(proxy, client.Credentials()),
+            group,
+            {topic: FilterExpression()},
+            await_duration=1,
+        )
+        self._consumer.startup()
+        self._ackers = ThreadPoolExecutor(ACK_THREADS, thread_name_prefix="bench-v2-ack")
+
+    def drain(self, total: int) -> tuple[int, float]:
+        """(messages after the first batch, seconds from the first batch to the last ack) of
+        receiving and acking ``total`` messages.
+
+        ``SimpleConsumer.ack_async`` (5.1.x) drops the future it makes (and makes an asyncio
+        future, which needs an event loop in the calling thread), so acks are blocking
+        ``ack`` calls on ``ACK_THREADS`` threads, ``ACKS_IN_FLIGHT`` outstanding."""
+        receives: list[Any] = []
+        acks: list[Any] = []
+        received = acked = 0
+        first: tuple[int, float] | None = None
+        while acked < total:
+            while received < total and len(receives) < RECEIVES_IN_FLIGHT:
+                receives.append(self._consumer.receive_async(RECEIVE_BATCH, INVISIBLE_S))
+            if receives and (receives[0].done() or not acks):
+                messages = receives.pop(0).result()
+                if first is None and messages:
+                    first = (len(messages), time.perf_counter())
+                received += len(messages)
+                for message in messages:
+                    acks.append(self._ackers.submit(self._consumer.ack, message))
+                    if len(acks) >= ACKS_IN_FLIGHT:
+                        acks.pop(0).result()
+                        acked += 1
+                continue
+            acks.pop(0).result()
+            acked += 1
+        finished = time.perf_counter()
+        for future in receives:  # long polls past the backlog end within await_duration
+            future.exception()
+        assert first is not None
+        return total - first[0], finished - first[1]
+
+    def close(self) -> None:
+        self._ackers.shutdown()
+        self._consumer.shutdown()
+
+
+async def _orbitmq_drain(namesrv: str, topic: str, group: str, total: int) -> tuple[int, float]:
+    """(messages after the first batch, seconds from the first batch to the last message) of
+    orbitmq's push consumer draining ``total`` messages from the first offset."""
+    done = asyncio.Event()
+    seen = 0
+    first: tuple[int, float] | None = None
+
+    async def listener(messages: list[StoredMessage]) -> ConsumeStatus:
+        nonlocal seen, first
+        if first is None:
+            first = (len(messages), time.perf_counter())
+        seen += len(messages)
+        if seen >= total:
+            done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, namesrv, listener=listener, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await done.wait()
+        finished = time.perf_counter()
+    finally:
+        await consumer.close()
+    assert first is not None
+    return total - first[0], finished - first[1]
+
+
+async def _receive_throughput(namesrv: str, proxy: str, messages: int) -> tuple[float, float]:
+    """msg/s (official, orbitmq) of draining backlogs of ``messages``, alternating which side
+    drains first."""
+    counts, seconds = [0, 0], [0.0, 0.0]
+    for round_ in range(DRAIN_ROUNDS):
+        topic = f"BenchV2Backlog{round_}"
+        async with Admin(namesrv) as admin:
+            await admin.create_topic(topic, read_queue_nums=BACKLOG_QUEUES, write_queue_nums=BACKLOG_QUEUES)
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(_wait, _produce(namesrv, topic, messages))
+        official = await asyncio.to_thread(_OfficialDrainer, proxy, topic, f"bench-v2-pop-{round_}")
+        try:
+            for side in (0, 1) if round_ % 2 == 0 else (1, 0):
+                if side == 0:
+                    count, spent = await asyncio.to_thread(official.drain, messages)
+                else:
+                    count, spent = await _orbitmq_drain(namesrv, topic, f"bench-v2-push-{round_}", messages)
+                counts[side] += count
+                seconds[side] += spent
+        finally:
+            await asyncio.to_thread(official.close)
+    return counts[0] / seconds[0], counts[1] / seconds[1]
+
+
 def _paced_official(proxy: str, topic: str) -> None:
     client, model, producer_module = _official()
     producer = producer_module.Producer(client.ClientConfiguration(proxy, client.Credentials()), [topic])
@@ -232,6 +357,17 @@ async def _measure(
         )
     )
     emit(Figure("v2_send_sequential_per_s", one[0], "msg/s", one[1], f"{baseline}, one at a time"))
+    theirs, ours = await _receive_throughput(namesrv, proxy, messages)
+    emit(
+        Figure(
+            "v2_receive_ack_per_s",
+            theirs,
+            "msg/s",
+            ours,
+            f"orbitmq's push consumer draining the same backlog ({BACKLOG_QUEUES} queues)",
+            "ratio >= 0.5",
+        )
+    )
     p99_theirs = await _latency_p99(
         namesrv, "BenchV2LatOfficial", lambda: asyncio.to_thread(_paced_official, proxy, "BenchV2LatOfficial")
     )
