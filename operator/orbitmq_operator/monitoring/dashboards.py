@@ -411,6 +411,65 @@ def topics_and_groups() -> list[tuple[str, list[Panel]]]:
                 ),
             ],
         ),
+        (
+            "RocketMQ 5 clients (orbitmq proxy, POP)",
+            [
+                ts(
+                    "POP in flight",
+                    Query(
+                        "sum by (group) (max by (group, topic, broker) "
+                        f"(orbitmq_pop_in_flight{{{B}, {T}, {G}}}))",
+                        "{{group}}",
+                    ),
+                    description="Messages received by RocketMQ 5 consumers (ReceiveMessage, a broker POP) "
+                    "and not acked yet: invisible, or expired and waiting to be handed out again. The "
+                    "larger of a master's and its slave's figure (the slave replays the POP log).",
+                ),
+                ts(
+                    "POP acks, revives and dead letters",
+                    *(
+                        Query(
+                            f"sum by (group) (max by (group, topic, broker) "
+                            f"(rate(orbitmq_pop_{family}_total{{{B}, {T}, {G}}}{RI})))",
+                            f"{{{{group}}}} {label}",
+                        )
+                        for family, label in (
+                            ("acks", "acked"),
+                            ("revives", "revived"),
+                            ("dead_letters", "DLQ"),
+                        )
+                    ),
+                    unit="msg/s",
+                    description="Acks; deliveries whose invisibility expired and that were handed out "
+                    "again (the consumer was too slow, crashed, or did not ack); messages moved to the "
+                    "dead-letter topic after the group's maximum delivery attempts.",
+                ),
+                ts(
+                    "Proxy requests",
+                    Query(
+                        'sum by (rpc, code) (rate(orbitmq_proxy_requests_total{code!="OK"}' + RI + "))",
+                        "{{rpc}} {{code}}",
+                    ),
+                    Query("sum by (rpc) (rate(orbitmq_proxy_requests_total" + RI + "))", "{{rpc}} all"),
+                    unit="reqps",
+                    description="apache.rocketmq.v2 requests per RPC, and those answered with another "
+                    "code than OK by code (MESSAGE_NOT_FOUND is a ReceiveMessage long poll that found "
+                    "nothing: normal when idle).",
+                ),
+                ts(
+                    "Proxy latency",
+                    *_quantiles("orbitmq_proxy_request_seconds", 'rpc!="ReceiveMessage"', "rpc"),
+                    unit="s",
+                    description="Time from a v2 request to its answer, per RPC (ReceiveMessage left out: "
+                    "its long poll waits up to the client's await duration by design).",
+                ),
+                ts(
+                    "RocketMQ 5 clients",
+                    Query("sum by (client_type) (orbitmq_proxy_clients)", "{{client_type}}"),
+                    description="Clients with an open Telemetry stream to a proxy, by type.",
+                ),
+            ],
+        ),
     ]
 
 

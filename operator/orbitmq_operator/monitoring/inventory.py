@@ -5,8 +5,10 @@ custom collectors yielding ``*MetricFamily`` objects at scrape time. :func:`metr
 parses the defining modules (no process started, no broker state needed) and knows three shapes:
 a direct call with the name as a string literal, a module-level helper whose parameter is passed
 on as the name (the sidecar's ``_gauge``), and a ``for`` loop over literal tuples whose first item
-is the name (the broker's latency histograms). A renamed family or label changes the result, so
-the dashboard tests fail instead of the dashboards silently showing nothing.
+is the name (the broker's latency histograms). Labels are read from a literal list, or from a
+variable the module binds to one literal list (``labels = ["group", "topic"]``). A renamed
+family or label changes the result, so the dashboard tests fail instead of the dashboards
+silently showing nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ SOURCES = (
     "orbitmq.nameserver.servicer",
     "orbitmq.client.consumer_metrics",
     "orbitmq.sidecar.server",
+    "orbitmq.proxy.metrics",
     "orbitmq_operator.metrics",
 )
 """The modules that define every ``orbitmq_*`` family (DESIGN §9, README "Metrics")."""
@@ -116,19 +119,67 @@ def _source(module: str) -> str:
 
 
 def _families_in(module: str, tree: ast.Module) -> list[MetricFamily]:
-    helpers = _helpers(tree)
+    lists = _ScopedLists(tree)
+    helpers = _helpers(tree, lists)
     found: list[MetricFamily] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             kind = _callee(node)
             if kind in _TYPES and node.args and _is_name_literal(node.args[0]):
-                found.append(_family(node.args[0].value, _TYPES[kind], _labels(node), module))  # type: ignore[attr-defined]
+                found.append(_family(node.args[0].value, _TYPES[kind], _labels(node, lists), module))  # type: ignore[attr-defined]
             elif kind in helpers and node.args and _is_name_literal(node.args[0]):
                 metric_type, labels = helpers[kind]
                 found.append(_family(node.args[0].value, metric_type, labels, module))  # type: ignore[attr-defined]
         elif isinstance(node, ast.For):
-            found.extend(_loop_families(node, module))
+            found.extend(_loop_families(node, module, lists))
     return found
+
+
+class _ScopedLists:
+    """What a variable holds where a family is made: a name bound, in the function around the
+    call (or at module level), to one literal list of strings. A name bound there to two
+    different lists, or to anything else too, is unknown (no labels)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self._scope_of: dict[ast.AST, ast.AST] = {}
+        self._bound: dict[ast.AST, dict[str, tuple[str, ...]]] = {}
+        self._index(tree, tree)
+
+    def _index(self, node: ast.AST, scope: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            self._scope_of[child] = scope
+            inner = child if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+            self._index(child, inner)
+
+    def labels(self, name: ast.Name) -> tuple[str, ...]:
+        scope = self._scope_of.get(name)
+        if scope is None:
+            return ()
+        if scope not in self._bound:
+            self._bound[scope] = _literal_lists(scope, self._scope_of)
+        return self._bound[scope].get(name.id, ())
+
+
+def _literal_lists(scope: ast.AST, scope_of: dict[ast.AST, ast.AST]) -> dict[str, tuple[str, ...]]:
+    bound: dict[str, tuple[str, ...] | None] = {}
+    for node in ast.walk(scope):
+        if not (
+            isinstance(node, ast.Assign)
+            and scope_of.get(node) is scope
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            continue
+        name, value = node.targets[0].id, node.value
+        strings = _strings(value) if isinstance(value, ast.List | ast.Tuple) else None
+        bound[name] = None if strings is None or bound.get(name, strings) != strings else strings
+    return {name: labels for name, labels in bound.items() if labels is not None}
+
+
+def _strings(node: ast.List | ast.Tuple) -> tuple[str, ...] | None:
+    if all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return tuple(e.value for e in node.elts)  # type: ignore[attr-defined]
+    return None
 
 
 def _info_variables(tree: ast.Module) -> dict[str, str]:
@@ -182,7 +233,7 @@ def _family(name: str, metric_type: str, labels: tuple[str, ...], module: str) -
     return MetricFamily(name, metric_type, labels, module)
 
 
-def _helpers(tree: ast.Module) -> dict[str, tuple[str, tuple[str, ...]]]:
+def _helpers(tree: ast.Module, lists: _ScopedLists) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Module-level functions that construct a family named by their first parameter."""
     helpers = {}
     for fn in tree.body:
@@ -197,11 +248,11 @@ def _helpers(tree: ast.Module) -> dict[str, tuple[str, tuple[str, ...]]]:
                 and isinstance(node.args[0], ast.Name)
                 and node.args[0].id == param
             ):
-                helpers[fn.name] = (_TYPES[_callee(node)], _labels(node))
+                helpers[fn.name] = (_TYPES[_callee(node)], _labels(node, lists))
     return helpers
 
 
-def _loop_families(loop: ast.For, module: str) -> list[MetricFamily]:
+def _loop_families(loop: ast.For, module: str, lists: _ScopedLists) -> list[MetricFamily]:
     """``for name, ... in (("orbitmq_x", ...), ...): Family(name, ...)``."""
     if not isinstance(loop.target, ast.Tuple) or not isinstance(loop.iter, ast.Tuple | ast.List):
         return []
@@ -216,7 +267,9 @@ def _loop_families(loop: ast.For, module: str) -> list[MetricFamily]:
         index = targets.index(first.id)
         for item in loop.iter.elts:
             if isinstance(item, ast.Tuple) and _is_name_literal(item.elts[index]):
-                found.append(_family(item.elts[index].value, _TYPES[_callee(node)], _labels(node), module))  # type: ignore[attr-defined]
+                found.append(
+                    _family(item.elts[index].value, _TYPES[_callee(node)], _labels(node, lists), module)  # type: ignore[attr-defined]
+                )
     return found
 
 
@@ -234,8 +287,9 @@ def _is_name_literal(node: ast.expr) -> bool:
     )
 
 
-def _labels(call: ast.Call) -> tuple[str, ...]:
-    """``labels=``/``labelnames=`` or the third positional argument, when a literal list."""
+def _labels(call: ast.Call, lists: _ScopedLists) -> tuple[str, ...]:
+    """``labels=``/``labelnames=`` or the third positional argument, when a literal list or a
+    variable bound to one (:class:`_ScopedLists`)."""
     node: ast.expr | None = None
     for keyword in call.keywords:
         if keyword.arg in ("labels", "labelnames"):
@@ -244,4 +298,6 @@ def _labels(call: ast.Call) -> tuple[str, ...]:
         node = call.args[2]
     if isinstance(node, ast.List | ast.Tuple):
         return tuple(e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    if isinstance(node, ast.Name):
+        return lists.labels(node)
     return ()

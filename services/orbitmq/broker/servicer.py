@@ -20,6 +20,7 @@ from orbitmq.broker.pop.handles import InvalidReceiptHandle
 from orbitmq.broker.pop.service import PopPersistError
 from orbitmq.broker.pop.state import AckOutcome
 from orbitmq.broker.reput import detour
+from orbitmq.broker.timer.routing import TIMER_KEYS, timed
 from orbitmq.broker.topic_changes import (
     Backlog,
     TopicChangePlan,
@@ -74,7 +75,7 @@ _ACK_RESULT = {
     AckOutcome.STALE: broker_pb2.ACK_STALE_HANDLE,
     AckOutcome.UNKNOWN: broker_pb2.ACK_UNKNOWN_HANDLE,
 }
-_DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED})
+_DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED, *TIMER_KEYS})
 _DETOUR_NAMES = tuple(name.encode() for name in sorted(_DETOUR_KEYS))
 _TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "order")
 """UpdateTopicRequest's optional fields: only those present change."""
@@ -277,6 +278,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             message.properties[Property.PRODUCER_GROUP] = producer_group
             message.sys_flag &= ~int(SysFlag.TRANSACTION_ROLLBACK)  # half topic gets a normal unit
             return detour(message, TRANS_HALF_TOPIC, 0)
+        if not TIMER_KEYS.isdisjoint(properties):
+            return timed(message, self.b.clock.now_ms(), self.b.settings.timer_max_delay_ms)
         level_text = properties.get(Property.DELAY, "")
         if level_text:
             if not level_text.isdigit():
