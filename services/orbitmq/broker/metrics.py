@@ -287,3 +287,40 @@ class PopCollector(Collector):
             for (group, topic), count in sorted(tally.items()):
                 family.add_metric([group, topic, name], count)
             yield family
+
+
+class TimerCollector(Collector):
+    """Timed delivery figures (see :mod:`orbitmq.broker.timer`), read from the broker's
+    :class:`~orbitmq.broker.timer.service.TimerService` when scraped: timers waiting now (a
+    slave reports 0: its timers are loaded when it is promoted), deliveries by real topic, and
+    how late each was after its requested time."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
+        timer = getattr(self._broker, "timer", None)
+        if timer is None:
+            return
+        name = self._broker.settings.broker_name
+        pending = GaugeMetricFamily(
+            "orbitmq_timer_pending", "Timed messages waiting for their delivery time", labels=["broker"]
+        )
+        pending.add_metric([name], timer.pending)
+        yield pending
+        delivered = CounterMetricFamily(
+            "orbitmq_timer_delivered",
+            "Timed messages delivered to their real topic",
+            labels=["topic", "broker"],
+        )
+        for topic, count in sorted(timer.delivered.items()):
+            delivered.add_metric([topic, name], count)
+        yield delivered
+        lateness = HistogramMetricFamily(
+            "orbitmq_timer_lateness_seconds",
+            "How long after its requested time each timed message was delivered",
+            labels=["broker"],
+        )
+        tally = timer.lateness
+        lateness.add_metric([name], histogram_buckets(tally), sum_value=tally.total_seconds)
+        yield lateness

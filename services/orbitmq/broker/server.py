@@ -2,7 +2,7 @@
 
 :class:`Broker` opens the store and config tables, serves :class:`BrokerServicer` on a
 :class:`~orbitmq.common.server.GrpcServer`, and runs its loops as guarded tasks: delay
-delivery, transaction checks, sweeping expired clients and locks, persisting config tables,
+and timer delivery, transaction checks, sweeping expired clients and locks, persisting config tables,
 and registering with every name server. ``close`` reverses it: stop taking requests (health
 NOT_SERVING, held pulls answered), unregister, stop the server within the grace period,
 persist, close the store.
@@ -31,12 +31,13 @@ from orbitmq.broker.ha import (
 )
 from orbitmq.broker.locks import LockTable
 from orbitmq.broker.long_polling import PullHolds
-from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector, PopCollector
+from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector, PopCollector, TimerCollector
 from orbitmq.broker.pop.service import PopService
 from orbitmq.broker.reput import detour
 from orbitmq.broker.schedule import ScheduleService
 from orbitmq.broker.servicer import BrokerServicer
 from orbitmq.broker.settings import BrokerSettings
+from orbitmq.broker.timer.service import TimerService
 from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to_proto
 from orbitmq.broker.transactions import TransactionService
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
@@ -163,13 +164,17 @@ class Broker:
         )
         self.transactions.load()
         self.pop = PopService(self.store, self._pop_put, self.clock, settings.broker_name)
-        if not self.is_slave:  # a slave's POP state is rebuilt when it is promoted
+        self.timer = TimerService(self.store, self.clock, self.put, precision_ms=settings.timer_precision_ms)
+        if not self.is_slave:  # a slave's POP and timer state is rebuilt when it is promoted
             await asyncio.to_thread(self.pop.load)
+            await asyncio.to_thread(self.timer.load)
         self.service.add_queue_listener(self.holds.on_queue_grow)
         self.service.add_queue_listener(self._pop_appended)
+        self.service.add_queue_listener(self.timer.notify_append)
         self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
         self.grpc.registry.register(PopCollector(self))
+        self.grpc.registry.register(TimerCollector(self))
         await self.grpc.start()
         if not self.is_slave:
             self._start_master_work()
@@ -228,6 +233,7 @@ class Broker:
 
     def _start_master_work(self) -> None:
         self._master_tasks.spawn("schedule", self.schedule.run())
+        self._master_tasks.spawn("timer", self.timer.run())
         self._master_tasks.spawn("transaction-check", self.transactions.run())
 
     def _start_replication(self) -> None:
@@ -273,6 +279,7 @@ class Broker:
                 # The POP records replicated so far are the state the old master served:
                 # rebuilt before this broker answers POP requests as master.
                 await asyncio.to_thread(self.pop.load)
+                await asyncio.to_thread(self.timer.load)  # the timers and deliveries it replicated
                 self.store.role = role
                 start = self.store.commitlog.max_offset
                 await asyncio.to_thread(self._begin_epoch, epoch, start)

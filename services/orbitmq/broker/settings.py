@@ -83,6 +83,11 @@ class BrokerSettings(BaseModel):
     """Durations of delay levels 1..N (RocketMQ's messageDelayLevel); retries use level 3 + times."""
     schedule_tick_ms: int = Field(default=100, ge=1)
     """How often due delayed messages are moved to their real topic."""
+    timer_max_delay_ms: int = Field(default=3 * 86_400_000, ge=1)
+    """The furthest ahead a timed message may ask to be delivered (RocketMQ's timerMaxDelaySec,
+    3 days); further is refused. Pending timers cost memory and a longer restart scan."""
+    timer_precision_ms: int = Field(default=100, ge=1)
+    """The timer loop sleeps until the next due time, an arriving timer, or this long at most."""
     config_persist_interval_ms: int = Field(default=5_000, ge=10)
     grace_ms: int = Field(default=5_000, ge=0)
 

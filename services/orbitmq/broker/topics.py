@@ -17,6 +17,8 @@ from orbitmq.common.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    TIMER_LOG_TOPIC,
+    TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
@@ -34,6 +36,8 @@ SYSTEM_TOPICS = {
     SCHEDULE_TOPIC: len(_DEFAULT_LEVELS),
     TRANS_HALF_TOPIC: 1,
     TRANS_OP_HALF_TOPIC: 1,
+    TIMER_TOPIC: 1,
+    TIMER_LOG_TOPIC: 1,
 }
 """System topics and their queue counts, created at start-up."""
 

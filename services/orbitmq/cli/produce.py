@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import click
 
@@ -66,6 +68,46 @@ class Tally:
         return line
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class Duration(click.ParamType):
+    """``--delay``: a number and a unit (ms, s, m, h, d), as milliseconds."""
+
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = _DURATION.match(str(value).strip())
+        if match is None:
+            self.fail(
+                f"{value!r} is not a duration: a number followed by ms, s, m, h or d (3.7s, 10m)", param, ctx
+            )
+        return round(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+class Instant(click.ParamType):
+    """``--deliver-at``: epoch milliseconds or an ISO 8601 time (UTC without an offset)."""
+
+    name = "time"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time", param, ctx)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return round(moment.timestamp() * 1000)
+
+
 def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     """``K=V`` pairs as a dict; a value without ``=`` or with an empty key is a usage error."""
     properties: dict[str, str] = {}
@@ -97,6 +139,19 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--sharding-key", help="Ordered: every message with this key goes to the same queue.")
 @click.option("--delay-level", type=click.IntRange(0, 18), default=0, show_default=True)
 @click.option(
+    "--delay",
+    "delay_ms",
+    type=Duration(),
+    help="Deliver this long after the broker stores it (its timer): 1500ms, 3.7s, 10m, 2h, 3d.",
+)
+@click.option(
+    "--deliver-at",
+    "deliver_at_ms",
+    type=Instant(),
+    help="Deliver at this time (the broker's timer): epoch milliseconds or ISO 8601 "
+    "(2026-11-24T18:30:00Z; no offset means UTC).",
+)
+@click.option(
     "--batch", type=click.IntRange(1, 1024), default=1, show_default=True, help="Messages per send."
 )
 @click.option("--group", default="orbitmq-cli-producer", show_default=True)
@@ -124,6 +179,8 @@ def produce(
     properties: tuple[str, ...],
     sharding_key: str | None,
     delay_level: int,
+    delay_ms: int | None,
+    deliver_at_ms: int | None,
     batch: int,
     group: str,
     send_timeout_ms: int,
@@ -138,6 +195,19 @@ def produce(
         raise click.UsageError("give --body or --size, not both")
     if batch > 1 and sharding_key:
         raise click.UsageError("--batch and --sharding-key do not combine (a batch goes to one queue anyway)")
+    timing = [
+        name
+        for name, value in (
+            ("--delay-level", delay_level),
+            ("--delay", delay_ms),
+            ("--deliver-at", deliver_at_ms),
+        )
+        if value
+    ]
+    if len(timing) > 1:
+        raise click.UsageError(
+            f"give one of --delay-level, --delay and --deliver-at, not {' and '.join(timing)}"
+        )
     user_properties = parse_properties(properties)
 
     def make(i: int) -> Message:
@@ -146,7 +216,14 @@ def produce(
         )
         keys = [key.replace("{i}", str(i))] if key else None
         return Message(
-            topic, payload, tags=tag, keys=keys, delay_level=delay_level, properties=dict(user_properties)
+            topic,
+            payload,
+            tags=tag,
+            keys=keys,
+            delay_level=delay_level,
+            properties=dict(user_properties),
+            delay_ms=delay_ms,
+            deliver_at_ms=deliver_at_ms,
         )
 
     show_bar = count > 1 and wanted(as_json)

@@ -26,6 +26,11 @@ class Message:
     delay_level: int = 0
     """1..18: deliver after 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h."""
     flag: int = 0
+    deliver_at_ms: int | None = None
+    """Deliver at this epoch millisecond (the broker's timer, any time up to its
+    ``timer_max_delay_ms``, 3 days by default; a time already past is delivered now)."""
+    delay_ms: int | None = None
+    """Deliver this many milliseconds after the broker stores it (the broker's timer)."""
 
     def to_proto(self, unique_key: str) -> common_pb2.Message:
         properties = dict(self.properties)
@@ -34,12 +39,34 @@ class Message:
         if self.keys:
             keys = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys)
             properties[Property.KEYS] = keys
+        self._time_properties(properties)
+        properties.setdefault(Property.UNIQ_KEY, unique_key)
+        return common_pb2.Message(topic=self.topic, body=self.body, properties=properties, flag=self.flag)
+
+    def _time_properties(self, properties: dict[str, str]) -> None:
+        """The one way of timing the message that is set, as the property the broker reads."""
+        timing = {
+            name: value
+            for name, value in (
+                ("delay_level", self.delay_level or None),
+                ("deliver_at_ms", self.deliver_at_ms),
+                ("delay_ms", self.delay_ms),
+            )
+            if value is not None
+        }
+        if len(timing) > 1:
+            raise ValueError(f"set one of delay_level, deliver_at_ms and delay_ms, not {', '.join(timing)}")
+        for name, value in timing.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} {value!r} must be a non-negative whole number")
         if self.delay_level:
             if not 0 < self.delay_level <= 18:
                 raise ValueError(f"delay level {self.delay_level} must be between 1 and 18")
             properties[Property.DELAY] = str(self.delay_level)
-        properties.setdefault(Property.UNIQ_KEY, unique_key)
-        return common_pb2.Message(topic=self.topic, body=self.body, properties=properties, flag=self.flag)
+        elif self.deliver_at_ms is not None:
+            properties[Property.TIMER_DELIVER_MS] = str(self.deliver_at_ms)
+        elif self.delay_ms is not None:
+            properties[Property.TIMER_DELAY_MS] = str(self.delay_ms)
 
 
 class SendStatus(Enum):

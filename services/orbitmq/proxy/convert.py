@@ -7,11 +7,11 @@ separated), ``UNIQ_KEY`` (the client's message id, so both sides name a message 
 time). User properties are copied as they are; a user property that would overwrite one of the
 names the system reads is refused (``ILLEGAL_MESSAGE_PROPERTY_KEY``), as RocketMQ's proxy does.
 
-Delivery at a timestamp: orbitmq's brokers delay by *levels* (``1s 5s 10s 30s 1m ... 2h``), not
-by an arbitrary timer. A message is given the shortest level that is not shorter than the time
-left, so it is never delivered early and at most one level step late (a 45 s delay is delivered
-after 1 m); a timestamp further away than the longest level is refused with
-``ILLEGAL_DELIVERY_TIME`` rather than delivered early. A timestamp already past is delivered now.
+Delivery at a timestamp: the requested time travels as ``TIMER_DELIVER_MS`` and the broker's
+timer (:mod:`orbitmq.broker.timer`) delivers the message at that time, to the millisecond as
+asked, up to :data:`TIMER_MAX_DELAY_MS` ahead (RocketMQ's ``timerMaxDelaySec``, 3 days; further
+is refused with ``ILLEGAL_DELIVERY_TIME`` here, and a broker configured shorter refuses too). A
+timestamp already past is delivered now.
 
 Transaction ids: the proxy is stateless, so the id it hands out carries what ending the
 transaction needs, ``<broker name>:<commit-log offset of the half message>:<unique key>``.
@@ -34,6 +34,8 @@ SHARDING_KEY = "__SHARDINGKEY"
 """RocketMQ's property for a FIFO message's group (its ``MessageConst.PROPERTY_SHARDING_KEY``)."""
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 """RocketMQ 5's property for the requested delivery time (epoch milliseconds)."""
+TIMER_MAX_DELAY_MS = 3 * 86_400_000
+"""The furthest delivery time accepted: the brokers' default ``timer_max_delay_ms``."""
 BORN_HOST = "__BORNHOST"
 """Not stored as a property (the record has a born-host field); listed so users cannot set it."""
 
@@ -89,9 +91,16 @@ def topic_of(resource: v2.Resource) -> str:
 
 
 def outbound(
-    message: v2.Message, now_ms: int, delay_levels_ms: Sequence[int], max_body_bytes: int
+    message: v2.Message,
+    now_ms: int,
+    delay_levels_ms: Sequence[int],
+    max_body_bytes: int,
+    max_delay_ms: int = TIMER_MAX_DELAY_MS,
 ) -> Outbound:
-    """The orbitmq message for a v2 ``message``; raises :class:`Refused` naming the bad field."""
+    """The orbitmq message for a v2 ``message``; raises :class:`Refused` naming the bad field.
+
+    ``delay_levels_ms`` is no longer read (timed messages go to the broker's timer, not a level);
+    it stays until the caller stops passing it."""
     topic = topic_of(message.topic)
     system = message.system_properties
     body = _decoded_body(message.body, system.body_encoding, max_body_bytes)
@@ -109,11 +118,10 @@ def outbound(
                 f"message group {group!r} must be non-blank and at most {MAX_MESSAGE_GROUP_CHARS} characters",
             )
         properties[SHARDING_KEY] = group
-    delay_level = 0
+    deliver_ms = None
     if timed:
-        deliver_ms = system.delivery_timestamp.ToMilliseconds()
-        delay_level = delay_level_for(deliver_ms - now_ms, delay_levels_ms)
-        properties[TIMER_DELIVER_MS] = str(deliver_ms)
+        deliver_ms = max(0, system.delivery_timestamp.ToMilliseconds())
+        _check_delivery_time(deliver_ms - now_ms, max_delay_ms)
     properties[Property.UNIQ_KEY] = system.message_id
     return Outbound(
         OrbitMessage(
@@ -122,7 +130,7 @@ def outbound(
             tags=_tag(system) or None,
             keys=_keys(system.keys) or None,
             properties=properties,
-            delay_level=delay_level,
+            deliver_at_ms=deliver_ms,
         ),
         system.message_id,
         message_type,
@@ -130,19 +138,14 @@ def outbound(
     )
 
 
-def delay_level_for(delay_ms: int, levels_ms: Sequence[int]) -> int:
-    """The 1-based delay level for a delivery ``delay_ms`` from now (0: deliver now); see the
-    module docstring for why it rounds up."""
-    if delay_ms <= 0:
-        return 0
-    for level, level_ms in enumerate(levels_ms, start=1):
-        if level_ms >= delay_ms:
-            return level
-    raise Refused(
-        v2.ILLEGAL_DELIVERY_TIME,
-        f"delivery timestamp is {delay_ms / 1000:.0f} s away, beyond the longest delay level "
-        f"({levels_ms[-1] / 1000:.0f} s): orbitmq delivers delayed messages by levels",
-    )
+def _check_delivery_time(delay_ms: int, max_delay_ms: int) -> None:
+    """A delivery timestamp at most ``max_delay_ms`` away (the past is fine: delivered now)."""
+    if delay_ms > max_delay_ms:
+        raise Refused(
+            v2.ILLEGAL_DELIVERY_TIME,
+            f"delivery timestamp is {delay_ms / 1000:.0f} s away, beyond the longest timer delay "
+            f"({max_delay_ms / 1000:.0f} s, timer_max_delay_ms)",
+        )
 
 
 def _check_type(message_type: int, group: str | None, timed: bool) -> None:

@@ -16,7 +16,7 @@ import mmap
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from orbitmq.common.topics import SCHEDULE_TOPIC, Property, split_keys
+from orbitmq.common.topics import DUE_TIME_TOPICS, SCHEDULE_TOPIC, TIMER_TOPIC, Property, split_keys
 from orbitmq.store.commitlog import AppendedBatch, CommitLog
 from orbitmq.store.consume_queue import UNIT, ConsumeQueue
 from orbitmq.store.dispatch import DispatchRequest
@@ -212,7 +212,7 @@ class Dispatcher:
                 if queue is None:
                     queue = queues[key] = self._queue_of(*key)
                 tag = properties.get(Property.TAGS)
-                code = tag_codes.get(tag) if tag is not None and key[0] != SCHEDULE_TOPIC else None
+                code = tag_codes.get(tag) if tag is not None and key[0] not in DUE_TIME_TOPICS else None
                 if code is None:
                     code = self._tags_code(key[0], properties, timestamp)
                 if queue.put(queue_offset, physical, size, code):
@@ -273,7 +273,7 @@ class Dispatcher:
 
     def _units(self, batch: MessageBatch, appended: AppendedBatch) -> bytes:
         """A column batch's consume-queue units, packed."""
-        if batch.topic == SCHEDULE_TOPIC:  # due times, from each message's DELAY
+        if batch.topic in DUE_TIME_TOPICS:  # due times, from each message's DELAY or timer
             timestamp = appended.store_timestamp_ms
             codes = [self._tags_code(batch.topic, p, timestamp) for p in batch.properties]
         else:
@@ -359,7 +359,13 @@ class Dispatcher:
         )
 
     def _tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
-        """The tag hash; in the schedule topic, the time the delayed message is due instead."""
+        """The tag hash; in the schedule and timer topics, the time the message is due instead."""
+        if topic == TIMER_TOPIC:
+            deliver = properties.get(Property.TIMER_DELIVER_MS, "")
+            if deliver.isdigit():
+                return int(deliver)
+            log.warning("timer topic message with %s %r; due at once", Property.TIMER_DELIVER_MS, deliver)
+            return store_timestamp
         if topic == SCHEDULE_TOPIC:
             level = properties.get(Property.DELAY, "")
             if level.isdigit() and 1 <= int(level) <= len(self._delay_levels_ms):

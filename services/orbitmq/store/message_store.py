@@ -29,7 +29,7 @@ from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import InvalidNameError, validate_topic_name
 from orbitmq.common.procs import command_of, flock_holders
-from orbitmq.common.topics import SCHEDULE_TOPIC
+from orbitmq.common.topics import DUE_TIME_TOPICS
 from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from orbitmq.store.commitlog import AppendedBatch, CommitLog, RecoveryReport
 from orbitmq.store.config import BrokerRole, StoreConfig
@@ -424,7 +424,7 @@ class MessageStore:
             topic_raw is None
             or not self._open
             or self.role is BrokerRole.SLAVE
-            or batch.topic == SCHEDULE_TOPIC  # its units are due times: the dispatcher needs DELAY
+            or batch.topic in DUE_TIME_TOPICS  # units are due times: the dispatcher reads properties
             or not self._shared_fields_known(batch)
             or columns.body_max > self.config.max_message_bytes
             or columns.properties_max > MAX_PROPERTIES_BYTES

@@ -1,4 +1,4 @@
-"""Pure translation between apache.rocketmq.v2 and orbitmq: delay levels, transaction ids,
+"""Pure translation between apache.rocketmq.v2 and orbitmq: delivery times, transaction ids,
 message properties, queue permissions."""
 
 from __future__ import annotations
@@ -25,23 +25,17 @@ def _message(**system: object) -> v2.Message:
     return message
 
 
-@pytest.mark.parametrize(
-    ("delay_ms", "level"),
-    [(-5, 0), (0, 0), (1, 1), (1_000, 1), (1_001, 2), (45_000, 5), (60_000, 5), (7_200_000, 18)],
-)
-def test_delivery_timestamp_maps_to_the_shortest_level_not_shorter_than_the_time_left(
-    delay_ms: int, level: int
-) -> None:
-    assert convert.delay_level_for(delay_ms, DELAY_LEVELS_MS) == level
-    if level:
-        assert DELAY_LEVELS_MS[level - 1] >= delay_ms  # never early
-
-
-def test_delivery_timestamp_beyond_the_longest_level_is_refused_not_delivered_early() -> None:
+def test_delivery_timestamp_beyond_the_timer_maximum_is_refused_not_delivered_early() -> None:
+    message = _message(message_type=v2.DELAY)
+    message.system_properties.delivery_timestamp.FromMilliseconds(NOW_MS + convert.TIMER_MAX_DELAY_MS + 1)
     with pytest.raises(Refused) as refused:
-        convert.delay_level_for(7_200_001, DELAY_LEVELS_MS)
+        convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
     assert refused.value.code == v2.ILLEGAL_DELIVERY_TIME
-    assert "7200 s" in refused.value.message
+    assert "259200 s" in refused.value.message
+    message.system_properties.delivery_timestamp.FromMilliseconds(NOW_MS + convert.TIMER_MAX_DELAY_MS)
+    assert convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT).message.deliver_at_ms == (
+        NOW_MS + convert.TIMER_MAX_DELAY_MS
+    )
 
 
 def test_transaction_ids_carry_broker_and_offset_and_round_trip() -> None:
@@ -80,12 +74,12 @@ def test_outbound_gzip_body_is_stored_decompressed_and_namespaces_prefix_topics(
     assert refused.value.code == v2.MESSAGE_CORRUPTED
 
 
-def test_delayed_outbound_records_the_requested_time_and_a_level() -> None:
+def test_delayed_outbound_asks_the_broker_timer_for_the_exact_time() -> None:
     message = _message(message_type=v2.DELAY)
-    message.system_properties.delivery_timestamp.FromMilliseconds(NOW_MS + 45_000)
+    message.system_properties.delivery_timestamp.FromMilliseconds(NOW_MS + 45_123)
     out = convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
-    assert out.message.delay_level == 5  # 1 m: the shortest level >= 45 s
-    assert out.message.properties["TIMER_DELIVER_MS"] == str(NOW_MS + 45_000)
+    assert (out.message.delay_level, out.message.deliver_at_ms) == (0, NOW_MS + 45_123)
+    assert out.message.to_proto("unused").properties["TIMER_DELIVER_MS"] == str(NOW_MS + 45_123)
 
 
 def test_key_with_a_space_is_refused_because_orbitmq_separates_keys_by_spaces() -> None:

@@ -1,0 +1,172 @@
+"""Timed delivery (the broker's timer) over gRPC against a real broker: a message asking for a
+time is stored in the timer topic and appears in its real topic and queue at that time, never
+before and within the timer's precision after; many timers in due order; a past time now; a
+time beyond ``timer_max_delay_ms`` and conflicting timings refused with the rule named."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from brokerkit import RunningBroker, start_broker, stop_broker
+
+from orbitmq.common.rpc import failure_of
+from orbitmq.common.topics import TIMER_TOPIC
+from orbitmq.store.record import StoredMessage
+from orbitmq.v1 import broker_pb2, common_pb2
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+pytestmark = pytest.mark.timeout(60)
+
+TOPIC = "Timed"
+PRECISION_MS = 100
+SLACK_MS = 150
+"""Allowance on a shared 2-core machine beyond the precision (a busy loop, a slow put)."""
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[RunningBroker]:
+    running = await start_broker(tmp_path / "b", timer_precision_ms=PRECISION_MS)
+    await running.stub.CreateTopic(
+        broker_pb2.CreateTopicRequest(
+            topic=common_pb2.TopicConfig(topic_name=TOPIC, read_queue_nums=4, write_queue_nums=4, perm=6)
+        )
+    )
+    yield running
+    await stop_broker(running)
+
+
+async def send(
+    running: RunningBroker, body: bytes, queue_id: int = 0, **properties: str
+) -> broker_pb2.SendMessageReply:
+    return await running.stub.SendMessage(
+        broker_pb2.SendMessageRequest(
+            producer_group="PG",
+            topic=TOPIC,
+            queue_id=queue_id,
+            messages=[common_pb2.Message(topic=TOPIC, body=body, properties=properties)],
+        )
+    )
+
+
+def stored(running: RunningBroker, topic: str = TOPIC, queue_id: int = 0) -> list[StoredMessage]:
+    """Every message in the queue, in queue order (read from the store: exact store times)."""
+    store = running.broker.store
+    queue = store.consume_queue(topic, queue_id)
+    if queue is None:
+        return []
+    units = [queue.unit_at(o) for o in range(queue.min_offset, queue.max_offset)]
+    return [m for m in (store.message_at(u[0]) for u in units if u) if m is not None]
+
+
+async def wait_for(
+    running: RunningBroker, count: int, within_s: float, queue_id: int = 0
+) -> list[StoredMessage]:
+    deadline = time.monotonic() + within_s
+    while True:
+        messages = stored(running, queue_id=queue_id)
+        if len(messages) >= count or time.monotonic() > deadline:
+            return messages
+        await asyncio.sleep(0.01)
+
+
+def late_ms(message: StoredMessage) -> int:
+    """How long after its requested time the message reached its real topic (store clock)."""
+    return message.store_timestamp_ms - int(message.properties["TIMER_DELIVER_MS"])
+
+
+async def test_timed_messages_arrive_at_their_time_in_their_queue_with_their_properties(
+    running: RunningBroker,
+) -> None:
+    now = int(time.time() * 1000)
+    await send(
+        running, b"at-3.7s", queue_id=2, TIMER_DELIVER_MS=str(now + 3_700), TAGS="t", KEYS="k1", color="red"
+    )
+    await send(running, b"after-1.5s", queue_id=2, TIMER_DELAY_MS="1500")
+    await send(running, b"after-1s", queue_id=2, TIMER_DELAY_SEC="1")
+    assert stored(running, queue_id=2) == []  # waiting in the timer topic, not the real one
+    assert len(stored(running, TIMER_TOPIC)) == 3
+
+    arrived = await wait_for(running, 3, 8, queue_id=2)
+    assert [m.body for m in arrived] == [b"after-1s", b"after-1.5s", b"at-3.7s"]
+    for message in arrived:
+        assert 0 <= late_ms(message) <= PRECISION_MS + SLACK_MS, (message.body, late_ms(message))
+    first, second, last = arrived
+    assert first.store_timestamp_ms - now >= 1_000 and second.store_timestamp_ms - now >= 1_500
+    assert int(last.properties["TIMER_DELIVER_MS"]) == now + 3_700 and last.store_timestamp_ms >= now + 3_700
+    assert (last.topic, last.queue_id, last.properties["TAGS"], last.properties["KEYS"]) == (
+        TOPIC,
+        2,
+        "t",
+        "k1",
+    )
+    assert last.properties["color"] == "red"
+    assert "REAL_TOPIC" not in last.properties and "REAL_QID" not in last.properties
+    assert running.broker.timer.pending == 0
+    assert running.broker.timer.delivered == {TOPIC: 3}
+
+
+async def test_many_timers_come_out_in_due_order_each_once(running: RunningBroker) -> None:
+    rng = random.Random(17)
+    now = int(time.time() * 1000) + 500
+    due = {f"m{i}".encode(): now + rng.randrange(0, 2_000) for i in range(400)}
+    items = list(due.items())
+    rng.shuffle(items)
+    for body, at in items:
+        await send(running, body, TIMER_DELIVER_MS=str(at))
+    arrived = await wait_for(running, len(due), 10)
+    assert sorted(m.body for m in arrived) == sorted(due)  # each once
+    times = [int(m.properties["TIMER_DELIVER_MS"]) for m in arrived]
+    assert times == sorted(times)  # in due order
+    lateness = sorted(late_ms(m) for m in arrived)
+    assert lateness[0] >= 0, "delivered before its time"
+    p99 = lateness[int(len(lateness) * 0.99) - 1]
+    assert p99 <= PRECISION_MS + SLACK_MS, lateness[-20:]
+
+
+async def test_a_time_already_past_is_delivered_now(running: RunningBroker) -> None:
+    past = int(time.time() * 1000) - 60_000
+    reply = await send(running, b"late", TIMER_DELIVER_MS=str(past))
+    assert reply.status == broker_pb2.SEND_OK
+    [message] = stored(running)
+    assert message.body == b"late" and message.properties["TIMER_DELIVER_MS"] == str(past)
+    assert stored(running, TIMER_TOPIC) == []
+    zero = await send(running, b"zero", TIMER_DELAY_MS="0")
+    assert zero.status == broker_pb2.SEND_OK and len(stored(running)) == 2
+
+
+async def refused(running: RunningBroker, **properties: str) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await send(running, b"x", **properties)
+    failure = failure_of(caught.value)
+    assert failure is not None and failure.reason == ErrorReason.MESSAGE_ILLEGAL, caught.value.details()
+    return failure.message
+
+
+async def test_times_beyond_the_maximum_and_conflicting_timings_are_refused(running: RunningBroker) -> None:
+    now = int(time.time() * 1000)
+    three_days = 3 * 86_400_000
+    beyond = await refused(running, TIMER_DELIVER_MS=str(now + three_days + 60_000))
+    assert "TIMER_DELIVER_MS" in beyond and "timer_max_delay_ms is 259200000 (72 h)" in beyond
+    assert "timer_max_delay_ms" in await refused(running, TIMER_DELAY_SEC=str(4 * 86_400))
+    both = await refused(running, TIMER_DELAY_MS="10", DELAY="2")
+    assert "one of" in both and "DELAY" in both and "TIMER_DELAY_MS" in both
+    assert "non-negative whole number" in await refused(running, TIMER_DELAY_MS="-5")
+    assert "'soon'" in await refused(running, TIMER_DELIVER_MS="soon")
+    near = await send(running, b"near-max", TIMER_DELAY_MS=str(three_days - 60_000))
+    assert near.status == broker_pb2.SEND_OK and running.broker.timer.pending == 1
+    assert stored(running) == []
+
+
+async def test_a_broker_with_a_shorter_maximum_names_its_own(tmp_path: Path) -> None:
+    running = await start_broker(tmp_path / "short", timer_max_delay_ms=10_000)
+    try:
+        message = await refused(running, TIMER_DELAY_MS="10001")
+        assert "asks for delivery 10001 ms from now" in message and "timer_max_delay_ms is 10000" in message
+    finally:
+        await stop_broker(running)
