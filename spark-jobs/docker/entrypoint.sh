@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The container entrypoint Spark's Kubernetes pods expect (Spark's own image has it as
-# /opt/entrypoint.sh; the test bed's host-Python image has none, so the pod templates of
-# sparkopkit.host_runtime_templates set it as the container's command):
+# The container entrypoint Spark's Kubernetes pods expect, as Spark's own image has it
+# (/opt/entrypoint.sh there): spark-submit in cluster mode makes the driver pod with args
+# `driver ...` and the driver makes executor pods with args `executor`, leaving the command
+# to the image.  One copy serves both places that need it: the orbitmq-spark image (the
+# Dockerfile's `spark` stage, its ENTRYPOINT) and the test bed's host runtime
+# (tests/e2e/sparkopkit.host_runtime_templates sets it as the pods' command).
 #   driver ARGS...  spark-submit in client mode inside the driver pod (ARGS: the
 #                   --properties-file, --class and application spark-submit in cluster mode
 #                   put into the pod's args)
 #   executor        the executor backend, from the environment Spark sets on executor pods
-# Needs SPARK_HOME and JAVA_HOME (PYSPARK_PYTHON for Python applications).
+# Needs SPARK_HOME and JAVA_HOME (PYSPARK_PYTHON for Python applications); exits 64 on any
+# other first argument (run other commands with the container's command instead).
 set -euo pipefail
 : "${SPARK_HOME:?spark-entrypoint: SPARK_HOME is not set}"
 : "${JAVA_HOME:?spark-entrypoint: JAVA_HOME is not set}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,8 @@ from k8s_testbed_support import TESTBED, K8sCluster
 
 # Bounds for the fixture's own subprocesses (pytest-timeout does not cover them, see above).
 BUILD_TIMEOUT_S = 60 * 60
-# A cold image build: apt-get install, debootstrap, the Dockerfile's two stages (~5 min on 2 cores).
+# A cold image build: apt-get install, debootstrap, the Dockerfile's stages (~5 min on 2 cores;
+# the spark target's JDK and PySpark ~N min more).
 IMAGE_BUILD_TIMEOUT_S = 30 * 60
 BUILD_IMAGE = Path(__file__).resolve().parents[2] / "scripts" / "build-image"
 UP_TIMEOUT_S = 300
@@ -163,16 +165,13 @@ def namespace(k8s_cluster: K8sCluster, request: pytest.FixtureRequest) -> Iterat
     k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-@pytest.fixture(scope="session")
-def orbitmq_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The repository's Dockerfile built once per session by scripts/build-image: its JSON
-    summary (``output``: the docker-archive tar, ``reference``: the name ``ctr images import``
-    gives it). The tests using it check root and Linux themselves (test_image.py's marks, the
-    real node's); a failed build fails them, with the script's output."""
-    output = tmp_path_factory.mktemp("image") / "orbitmq-image.tar"
+def _build_image(tmp_path_factory: pytest.TempPathFactory, target: str) -> dict[str, Any]:
+    """scripts/build-image ``--target target`` into a session temporary directory: its JSON
+    summary, or the test fails with the script's output."""
+    output = tmp_path_factory.mktemp("image") / f"{target}-image.tar"
     try:
         result = subprocess.run(
-            [str(BUILD_IMAGE), "--json", "--output", str(output)],
+            [str(BUILD_IMAGE), "--json", "--target", target, "--output", str(output)],
             capture_output=True,
             text=True,
             timeout=IMAGE_BUILD_TIMEOUT_S,
@@ -180,10 +179,49 @@ def orbitmq_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(
-            f"scripts/build-image timed out after {IMAGE_BUILD_TIMEOUT_S}s: {exc.stderr!r}", pytrace=False
+            f"scripts/build-image --target {target} timed out after {IMAGE_BUILD_TIMEOUT_S}s: {exc.stderr!r}",
+            pytrace=False,
         )
     if result.returncode != 0:
-        pytest.fail(f"scripts/build-image failed: {_describe(result)}", pytrace=False)
+        pytest.fail(f"scripts/build-image --target {target} failed: {_describe(result)}", pytrace=False)
     summary: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    print(f"\nbuild-image: {summary['seconds']} base {summary['base']}, {summary['image_size']}")
+    print(f"\nbuild-image {target}: {summary['seconds']} base {summary['base']}, {summary['image_size']}")
     return summary
+
+
+@pytest.fixture(scope="session")
+def orbitmq_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The repository's Dockerfile built once per session by scripts/build-image: its JSON
+    summary (``output``: the docker-archive tar, ``reference``: the name ``ctr images import``
+    gives it). The tests using it check root and Linux themselves (test_image.py's marks, the
+    real node's); a failed build fails them, with the script's output."""
+    return _build_image(tmp_path_factory, "orbitmq")
+
+
+@pytest.fixture(scope="session")
+def spark_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The Dockerfile's ``spark`` stage (the Spark jobs' image, orbitmq-spark:dev) built once per
+    session, as ``orbitmq_image``: scripts/build-image's JSON summary."""
+    return _build_image(tmp_path_factory, "spark")
+
+
+def import_image(k8s: K8sCluster, archive: str) -> None:
+    """``ctr images import`` of a docker-archive into the real node's containerd (there is no
+    registry: pods name the image with ``imagePullPolicy: Never``)."""
+    ctr = shlex.split(k8s.info["real_node"]["ctr"])
+    try:
+        subprocess.run(
+            [*ctr, "images", "import", archive], check=True, capture_output=True, text=True, timeout=600
+        )
+    except subprocess.CalledProcessError as exc:
+        pytest.fail(f"ctr images import {archive} failed: {exc.stderr}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spark_image_on_node(k8s_real_node: K8sCluster, spark_image: dict[str, Any]) -> str:
+    """``spark_image`` imported into the real node's containerd once per session: its reference
+    (docker.io/library/orbitmq-spark:dev), for pods with ``imagePullPolicy: Never``."""
+    started = time.monotonic()
+    import_image(k8s_real_node, spark_image["output"])
+    print(f"\nspark image imported into the real node in {time.monotonic() - started:.1f}s")
+    return str(spark_image["reference"])

@@ -20,9 +20,10 @@ resource manager) and needs a Java runtime; the master URL the controller passes
 
 The kit knows no node: a test places the pods with :func:`pod_template` (kwok's taint on the
 fake node; on the real node, its labels) and :func:`host_runtime_templates` gives the pods a
-Spark runtime from the host's files (PySpark, the JDK, sparkapps/spark-entrypoint.sh), so one
-controller serves the fake-node tests, a run whose containers sparkhost starts on the host,
-and a driver run to COMPLETED on the real node.  The driver inside a pod reaches the API
+Spark runtime from the host's files (PySpark, the JDK, spark-jobs/docker/entrypoint.sh: the
+one the orbitmq-spark image has as /opt/entrypoint.sh), so one controller serves the fake-node
+tests and a run whose containers sparkhost starts on the host; on the real node the pods run
+the orbitmq-spark image itself (test_spark_real_pods.py).  The driver inside a pod reaches the API
 server at ``spark.kubernetes.driver.master`` (default ``https://kubernetes.default.svc``), not
 at the controller's 127.0.0.1 master URL.
 """
@@ -53,6 +54,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 CRD_PLURALS = ("sparkapplications", "scheduledsparkapplications", "sparkconnects")
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+# The container Spark fills in, by role (driver.template / executor.template).
+CONTAINERS = {"driver": DRIVER_CONTAINER, "executor": EXECUTOR_CONTAINER}
 # Templates of upstream's chart the controller needs when the webhook is off.
 CHART_TEMPLATES = (
     "templates/controller/serviceaccount.yaml",
@@ -63,9 +66,11 @@ CHART_TEMPLATES = (
 # The SparkApplication states the controller reports (v1beta2.ApplicationStateType).
 TERMINAL_STATES = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
 SPARKAPPS = Path(__file__).parent / "sparkapps"
-ENTRYPOINT = SPARKAPPS / "spark-entrypoint.sh"
+SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark-jobs"
+# Spark's container entrypoint: the orbitmq-spark image's /opt/entrypoint.sh, the same file.
+ENTRYPOINT = SPARK_JOBS / "docker" / "entrypoint.sh"
 # What orbitmq ships: a SparkApplication per job, the data PVC, the extra Role, the kustomization.
-MANIFESTS = Path(__file__).resolve().parents[2] / "spark-jobs" / "manifests"
+MANIFESTS = SPARK_JOBS / "manifests"
 SUBMIT_RBAC = MANIFESTS / "spark-submit-rbac.yaml"
 
 
@@ -420,8 +425,9 @@ def host_runtime_templates(host_mounts: list[str], python: str, **spec: Any) -> 
     bed's real node runs Python (its host-Python image, ``info["real_node"]``): ``host_mounts``
     (the node's, holding /usr and the repository with its venv) read-only at the same paths,
     plus what the JDK links to outside /usr; PySpark's Spark as SPARK_HOME, the host's JDK,
-    ``python`` for PySpark, and sparkapps/spark-entrypoint.sh as the command (the image has
-    no Spark entrypoint).  ``spec``: more pod-spec fields (nodeSelector, tolerations ...).
+    ``python`` for PySpark, and ENTRYPOINT (the orbitmq-spark image's entrypoint) as the
+    command (a host-Python image has none).  ``spec``: more pod-spec fields (nodeSelector,
+    tolerations ...).
     """
     home, java = spark_home(), java_home()
     paths = [Path(m) for m in host_mounts]
@@ -446,7 +452,7 @@ def host_runtime_templates(host_mounts: list[str], python: str, **spec: Any) -> 
     }
     return {
         role: pod_template(name, volumes=volumes, container=container, **spec)
-        for role, name in (("driver", DRIVER_CONTAINER), ("executor", EXECUTOR_CONTAINER))
+        for role, name in CONTAINERS.items()
     }
 
 

@@ -13,10 +13,11 @@ Spark 4 (the extra Role the kit adds, see ``sparkopkit.SUBMIT_EXTRA_RULES``).
 Where a driver only has to end, its end is reported the way a kubelet does
 (``sparkopkit.finish_driver``: the pod's status), as kwok does for the pods of Jobs.  One test
 runs Spark for real: sparkhost runs the driver's and the executor's containers (as their pod
-specs say, through sparkapps/spark-entrypoint.sh) as host processes and reports the driver's
-real exit status.  The same templates on the real node (``info["real_node"]``: its image,
-labels, host mounts and Python) run the shipped lag report in containers
-(test_spark_real_pods.py).
+specs say, through Spark's entrypoint spark-jobs/docker/entrypoint.sh, the one the orbitmq-spark
+image has) as host processes and reports the driver's real exit status.  The orbitmq-spark image
+itself (the Dockerfile's ``spark`` stage) runs the shipped lag report in containers on the real
+node (test_spark_real_pods.py); here the Dockerfile is only checked to put the jobs and the
+entrypoint where the manifests expect them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ LAG_REPORT = sparkopkit.MANIFESTS / "lag-report.yaml"
 APP = "orbitmq-lag-report"
 DATA_PVC = sparkopkit.MANIFESTS / "data-pvc.yaml"
 JOBS = sparkopkit.MANIFESTS.parent / "jobs"
-IMAGE_JOBS = PurePosixPath("/opt/orbitmq/spark-jobs/jobs")  # where a Spark image of orbitmq has them
+IMAGE_JOBS = PurePosixPath("/opt/orbitmq/spark-jobs/jobs")  # where the orbitmq-spark image has them
+DOCKERFILE = sparkopkit.SPARK_JOBS.parent / "Dockerfile"
 # Spark's memory overhead for non-JVM (PySpark) pods: max(384 MiB, 0.4 x heap).
 MIN_OVERHEAD_MIB, OVERHEAD_FACTOR = 384, 0.4
 UNITS_MIB = {"m": 1, "g": 1024}
@@ -154,6 +156,33 @@ def test_the_shipped_manifests_are_one_per_job() -> None:
         assert set(kustomization["resources"]) == files, directory
         listed |= {directory / name for name in files}
     assert set(SHIPPED) <= listed
+
+
+def dockerfile_stage(name: str) -> list[str]:
+    """The instructions of the repository Dockerfile's stage ``name`` (continuations joined)."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    start = next(
+        i for i, line in enumerate(lines) if line.upper().startswith("FROM ") and line.endswith(f" AS {name}")
+    )
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].upper().startswith("FROM ")), len(lines))
+    return lines[start + 1 : end]
+
+
+def test_the_spark_image_has_what_the_manifests_name() -> None:
+    """The Dockerfile's ``spark`` stage (the image test_spark_real_pods.py runs the lag report
+    in) copies the jobs to the directory every manifest's mainApplicationFile is in, has Spark's
+    entrypoint as its own and runs as uid 10001; each kustomization names that image as
+    ``docker build --target spark -t orbitmq-spark:<tag>`` tags it."""
+    stage = dockerfile_stage("spark")
+    assert f"COPY spark-jobs/jobs {IMAGE_JOBS}" in stage
+    assert "COPY spark-jobs/docker/entrypoint.sh /opt/entrypoint.sh" in stage
+    assert 'ENTRYPOINT ["/opt/entrypoint.sh"]' in stage and "USER 10001" in stage
+    assert {main_file(path).rsplit("/", 1)[0] for path in SHIPPED} == {f"local://{IMAGE_JOBS}"}
+    for directory in kustomizations():
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        assert [image["newName"] for image in kustomization["images"]] == ["docker.io/library/orbitmq-spark"]
+    assert {sparkopkit.manifest_docs(path)[0]["spec"]["image"] for path in SHIPPED} == {"orbitmq-spark"}
 
 
 # Run by each job's own parse_args (argparse: exit status 2 and the option named on bad input).
@@ -359,7 +388,7 @@ def test_chart_rbac_alone_cannot_submit_with_spark_4(
 
 
 def test_driver_entrypoint_runs_a_pyspark_app_and_passes_on_its_exit(tmp_path: Path) -> None:
-    """spark-entrypoint.sh's driver branch, as a driver pod runs it (``driver`` + what
+    """The entrypoint's driver branch, as a driver pod runs it (``driver`` + what
     spark-submit put in the pod's args), here with a local master: the app's output and exit
     status are the process's, which the kubelet reports as the driver's end."""
     home = sparkopkit.spark_home()

@@ -1,8 +1,8 @@
 """A minimal PySpark application for the spark-operator tests: counts ``range(N)`` on the
 executors and prints one JSON line; exits with ``--exit-code`` (a driver that fails on purpose).
 
-Run by the driver through ``spark-entrypoint.sh`` (locally, or in a driver pod of the real node,
-where executors do the counting)."""
+Run by the driver through Spark's entrypoint (spark-jobs/docker/entrypoint.sh: locally, or in
+a driver pod whose executors do the counting)."""
 
 from __future__ import annotations
 
