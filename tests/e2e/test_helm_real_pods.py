@@ -14,8 +14,11 @@ What each step shows:
   chart's topic and group are applied to the brokers.
 * ``helm test``: the hook pod succeeds, i.e. a message went in and came out end to end.
 * upgrade with changed values (a second topic; ``tests.topic`` pointing at it; the operator's
-  resources): the Deployment rolls, the new topic is applied, and ``helm test`` now produces to
-  and consumes from the new topic.
+  resources; ``cluster.spec.proxy``): the Deployment rolls, the new topic is applied, and ``helm
+  test`` now produces to and consumes from the new topic. The proxy's pod becomes ready and the
+  official Apache RocketMQ 5 Python client, given only the proxy Service's address as its
+  endpoint, sends a message and receives and acks it (kube-proxy routes the ClusterIP from
+  the host; the client's QueryRoute answer names that same address).
 * uninstall: every namespaced object of the release is gone: no pod, workload, Service,
   ConfigMap, Secret, ServiceAccount, Role, binding, custom resource or peering object is left
   (a topic or group stuck on its finalizer after the operator went away would be such an
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,9 @@ from typing import Any
 import pytest
 import yaml
 from k8s_testbed_support import K8sCluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "rocketmq_v2"))
+import v2kit
 from operatorkit import install_crds, wait_condition
 from realpods import STORAGE_CLASS, create_namespace, delete_host_volumes, host_volumes, wait_ready
 
@@ -114,6 +121,34 @@ def helm_test(k8s: K8sCluster, namespace: str) -> str:
     return result.stdout
 
 
+def through_the_proxy(endpoint: str, topic: str, group: str) -> float:
+    """One message sent and received (then acked) by the official RocketMQ 5 client through
+    ``endpoint``; returns the seconds it took. A new POP group may start at the queues' end,
+    so the consumer polls once before the send."""
+    started = time.monotonic()
+    config = v2kit.ClientConfiguration(endpoint, v2kit.Credentials())
+    consumer = v2kit.SimpleConsumer(config, group, {topic: v2kit.FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        consumer.receive(16, 30)
+        producer = v2kit.Producer(config, [topic])
+        producer.startup()
+        try:
+            body = f"rocketmq5-{time.time_ns()}".encode()
+            producer.send(v2kit.message(topic, body, tag="proxy"))
+        finally:
+            producer.shutdown()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for received in consumer.receive(16, 30) or []:
+                consumer.ack(received)
+                if received.body == body:
+                    return time.monotonic() - started
+        raise AssertionError(f"{body!r} sent through {endpoint} never came back")
+    finally:
+        consumer.shutdown()
+
+
 def leftovers(k8s: K8sCluster, namespace: str) -> list[str]:
     """Every namespaced object in ``namespace`` but Events and what every namespace has."""
     kinds = k8s.kubectl("api-resources", "--verbs=list", "--namespaced", "-o", "name").stdout.split()
@@ -182,6 +217,7 @@ def test_install_test_upgrade_uninstall_on_real_pods(
             operator={
                 "resources": {"requests": {"cpu": "60m", "memory": "160Mi"}, "limits": {"memory": "600Mi"}}
             },
+            cluster={"spec": {"proxy": {"replicas": 1}}},
         )
         started = time.monotonic()
         helm_with_values(
@@ -209,6 +245,16 @@ def test_install_test_upgrade_uninstall_on_real_pods(
             after["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == "160Mi"
         )
         helm_test(k8s, ns)
+        k8s.wait_for(
+            "the proxy ready",
+            lambda: k8s.get_json("orbitmqcluster", CLUSTER, "-n", ns)["status"].get("proxiesReady") == 1,
+            timeout=120,
+        )
+        status = k8s.get_json("orbitmqcluster", CLUSTER, "-n", ns)["status"]
+        assert status["proxyAddress"] == f"{CLUSTER}-proxy.{ns}.svc:8081"
+        service_ip = k8s.get_json("service", f"{CLUSTER}-proxy", "-n", ns)["spec"]["clusterIP"]
+        took = through_the_proxy(f"{service_ip}:8081", "Payments", "rocketmq5-app")
+        print(f"RocketMQ 5 client through the proxy Service: sent, received and acked in {took:.1f}s")
         test_pod = k8s.get_json("pods", "-n", ns, "-l", "app.kubernetes.io/name=orbitmq-test")["items"][0]
         env = {e["name"]: e.get("value") for e in test_pod["spec"]["containers"][0]["env"]}
         assert env["TOPIC"] == "Payments" and test_pod["status"]["phase"] == "Succeeded"

@@ -2,10 +2,12 @@
 
 A name server, an ASYNC_MASTER and its slave (replication), a consumer group of two push
 consumers (one orderly: queue locks, one concurrent that fails some messages: retries and dead
-letters; both with a small local cache: flow-control pauses), a producer, and a sidecar with an
-application consuming through it: each server with its own ``/metrics`` port (the consumers'
-through ``start_metrics_server``), all scraped every second by one real Prometheus (jobs
-``namesrv``, ``broker``, ``consumer``, ``sidecar``).  After the traffic and a few scrapes:
+letters; both with a small local cache: flow-control pauses), a producer, a sidecar with an
+application consuming through it, and an ``orbitmq proxy`` with the official RocketMQ 5 client's
+SimpleConsumer receiving through it (broker POP: acks, an expiry, a dead letter): each server
+with its own ``/metrics`` port (the consumers' through ``start_metrics_server``), all scraped
+every second by one real Prometheus (jobs ``namesrv``, ``broker``, ``consumer``, ``sidecar``,
+``proxy``).  After the traffic and a few scrapes:
 
 - every query of every panel of every generated dashboard (charts/orbitmq/dashboards/*.json),
   with Grafana's variables substituted (template variables at "All", ``$__interval`` and
@@ -37,6 +39,8 @@ from promkit import REPO_ROOT, PrometheusError, fetch, promtool, run_prometheus
 sys.path.insert(0, str(REPO_ROOT / "operator"))
 sys.path.insert(0, str(REPO_ROOT / "tests" / "integration" / "broker"))
 sys.path.insert(0, str(REPO_ROOT / "tests" / "integration" / "client"))
+sys.path.insert(0, str(REPO_ROOT / "tests" / "integration" / "rocketmq_v2"))
+import v2kit
 from clusterkit import FAST, Cluster, eventually
 
 from orbitmq.client import Admin, Message, Producer
@@ -48,6 +52,8 @@ from orbitmq.ha import Policy
 from orbitmq.ha.group import BrokerGroupFailover, GroupMember
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.proxy.server import Proxy
+from orbitmq.proxy.settings import ProxySettings
 from orbitmq.sidecar.client import SidecarClient
 from orbitmq.sidecar.server import Sidecar
 from orbitmq.sidecar.settings import SidecarSettings
@@ -71,6 +77,7 @@ RANGE_S = 20
 TOPIC = "Orders"
 GROUP = "Billing"
 SIDECAR_GROUP = "Shipping"
+POP_GROUP = "Returns"
 QUEUES = 4
 
 # Retries a fraction of a second apart, so a failing message reaches the dead-letter queue fast.
@@ -174,6 +181,7 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
         await admin.create_topic(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         await admin.create_group(GROUP, retry_max_times=1)
         await admin.create_group(SIDECAR_GROUP, retry_max_times=1)
+        await admin.create_group(POP_GROUP, retry_max_times=1)
 
         # -- two group members with metrics ports, one orderly ----------------------------
         traffic = Traffic()
@@ -223,7 +231,18 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
         app = asyncio.create_task(sidecar_app(sidecar.address, app_seen))
         stack.callback(app.cancel)
 
+        # -- the RocketMQ 5 endpoint and a consumer of the official client behind it -------
+        proxy = Proxy(
+            ProxySettings(
+                listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", namesrv=cluster.address, grace_ms=200
+            )
+        )
+        await proxy.start()
+        stack.push_async_callback(proxy.close)
+        pop = asyncio.create_task(asyncio.to_thread(_pop_consumer, proxy.address))
+
         targets = {
+            "proxy": [host_port(proxy.grpc.metrics_url or "")],
             "namesrv": [host_port(namesrv.metrics_url or "")],
             "broker": [host_port(b.broker.grpc.metrics_url or "") for b in (master, slave)],
             "consumer": consumer_targets,
@@ -248,6 +267,7 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
             30,
             lambda: f"no dead letters yet ({traffic.failed} failed listener calls)",
         )
+        await asyncio.wait_for(pop, 60)  # before the switchover: its acks would meet a slave
         # Mastership to the slave and back: the brokers' role changes (promoted, demoted).
         group = BrokerGroupFailover(
             [GroupMember("a-master", master.broker.address), GroupMember("a-slave", slave.broker.address)],
@@ -271,6 +291,7 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
         async with Producer("Checkout", cluster.address) as producer:
             for i in range(20):
                 await producer.send(Message(TOPIC, f"more {i}".encode(), tags="ok"))
+        await asyncio.to_thread(_pop_consumer, proxy.address, keep_one=True)
         await asyncio.sleep(3)
 
         # -- the checks --------------------------------------------------------------------
@@ -300,6 +321,45 @@ async def _dead_letters(running: Any) -> bool:
     """The master's /metrics shows a dead-letter queue."""
     text = await asyncio.to_thread(fetch, running.broker.grpc.metrics_url)
     return any(line.startswith("orbitmq_queue_max_offset{") and "%DLQ%" in line for line in text.splitlines())
+
+
+def _pop_consumer(endpoint: str, keep_one: bool = False, within_s: float = 45.0) -> None:
+    """The official RocketMQ 5 SimpleConsumer through the proxy (in a thread: the client is
+    synchronous): it acks every message but one, which it lets expire twice (1 s invisibility),
+    so the broker revives it once and then, past the group's one retry, moves it to the
+    dead-letter topic; the receives that find nothing are long polls answered MESSAGE_NOT_FOUND.
+    With ``keep_one``, it only receives one message and keeps it in flight for a minute."""
+    config = v2kit.ClientConfiguration(endpoint, v2kit.Credentials())
+    consumer = v2kit.SimpleConsumer(config, POP_GROUP, {TOPIC: v2kit.FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    try:
+        if keep_one:
+            _receive_one(consumer, within_s)
+            return
+        kept: str | None = None
+        deliveries: list[float] = []
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            for received in consumer.receive(16, 1) or []:
+                if kept in (None, received.message_id):
+                    kept = received.message_id
+                    deliveries.append(time.monotonic())
+                else:
+                    consumer.ack(received)
+            if len(deliveries) >= 2 and time.monotonic() - deliveries[-1] > 3:
+                break  # expired after its last attempt: a dead letter by now
+        else:
+            raise AssertionError(f"the kept message was delivered {len(deliveries)} times in {within_s:.0f}s")
+    finally:
+        consumer.shutdown()
+
+
+def _receive_one(consumer: Any, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if consumer.receive(1, 60):
+            return
+    raise AssertionError(f"nothing received in {within_s:.0f}s")
 
 
 async def _intrude_on_locks(running: Any, orderly: PushConsumer) -> None:
