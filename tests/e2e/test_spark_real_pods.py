@@ -1,16 +1,24 @@
 """The shipped lag-report SparkApplication (spark-jobs/manifests/lag-report.yaml) run for real on
-the test bed's real node, against an orbitmq cluster of real pods made by the operator.
+the test bed's real node, in the repository's Spark image, against an orbitmq cluster of real
+pods made by the operator.
+
+The image is the Dockerfile's ``spark`` stage built by scripts/build-image (the session's
+``spark_image``) and imported into the node's containerd (``spark_image_on_node``): the pods
+run its Java, PySpark, ``orbitmq[spark]``, its entrypoint and the job's file at the manifest's
+``mainApplicationFile`` (``local:///opt/orbitmq/spark-jobs/jobs/lag_report.py``), as uid
+10001; nothing of the host is mounted but the data volume.  So a failure here is the image's
+or the manifest's, as it would be on a user's cluster.
 
 The cluster is named ``orbitmq`` as the chart's default, so the job reaches it exactly as the
 manifest says, at ``orbitmq-namesrv.<namespace>.svc:9876`` (the node's CoreDNS, kube-proxy):
 only the namespace in that argument changes.  The test produces to a topic of four queues from
 the host (pod IPs are routable), commits a group's offsets per queue, and applies the manifest
-with what a real cluster would have in its image instead (``sparkopkit.host_runtime_templates``:
-the host's JDK and PySpark, the entrypoint; the job's file at its host path) and the manifest's
-``data`` volume on a hostPath instead of the PVC.  kubeflow's controller (a host process, see
-sparkopkit) submits; the driver pod asks the API server for an executor pod, the executor
-writes the Parquet, the driver commits it and exits 0, the application is COMPLETED.  The test
-then reads the Parquet back and compares it row by row with the brokers' offsets.
+with the image's reference (what the kustomization's ``images`` sets), the pods placed on the
+real node, and the manifest's ``data`` volume on a hostPath instead of the PVC.  kubeflow's
+controller (a host process, see sparkopkit) submits; the driver pod asks the API server for an
+executor pod, the executor writes the Parquet, the driver commits it and exits 0, the
+application is COMPLETED.  The test then reads the Parquet back and compares it row by row with
+the brokers' offsets.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ GROUP = "spark-lag-billing"
 QUEUES = 4
 MESSAGES = 60
 APP = "orbitmq-lag-report"
-JOB = sparkopkit.MANIFESTS.parent / "jobs" / "lag_report.py"
+# Where the image has the job (the Dockerfile's spark stage), as the shipped manifest names it.
+IMAGE_JOB = "local:///opt/orbitmq/spark-jobs/jobs/lag_report.py"
 # The real node runs the orbitmq pods too: each Spark pod asks for a fifth of a core.
 CORE_REQUEST = "200m"
 
@@ -73,10 +82,11 @@ def with_argument(arguments: list[str], flag: str, value: str) -> list[str]:
 
 
 def lag_report_app(
-    k8s: K8sCluster, operator: sparkopkit.SparkOperator, output: Path
+    k8s: K8sCluster, operator: sparkopkit.SparkOperator, image: str, output: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The shipped manifest (as loaded) and what is applied: in the operator's namespace, the
-    real node's image and runtime, the job at its host path, the data volume on ``output``."""
+    Spark ``image`` imported into the real node, the pods on that node, the data volume on
+    ``output``; the job's file is the manifest's own (in the image)."""
     node = k8s.info["real_node"]
     shipped = sparkopkit.load_app(sparkopkit.MANIFESTS / "lag-report.yaml", operator.namespace)
     app = sparkopkit.load_app(sparkopkit.MANIFESTS / "lag-report.yaml", operator.namespace)
@@ -90,9 +100,9 @@ def lag_report_app(
         "--group",
         GROUP,
     ]
-    spec["image"] = node["image"]
+    assert spec["mainApplicationFile"] == IMAGE_JOB
+    spec["image"] = image  # as the kustomization's `images` would set it
     spec["imagePullPolicy"] = "Never"  # imported into the node's containerd; there is no registry
-    spec["mainApplicationFile"] = f"local://{JOB}"
     spec["driver"].update(serviceAccount=operator.spark_account, coreRequest=CORE_REQUEST)
     spec["executor"]["coreRequest"] = CORE_REQUEST
     spec["restartPolicy"] = {"type": "Never"}  # a failure shows as FAILED, not as a rerun
@@ -103,16 +113,12 @@ def lag_report_app(
         "spark.driver.extraJavaOptions": sparkopkit.QUICK_JVM,
         "spark.executor.extraJavaOptions": sparkopkit.QUICK_JVM,
     }
-    runtime = sparkopkit.host_runtime_templates(
-        node["host_mounts"], node["python"], nodeSelector=node["labels"]
-    )
-    sparkopkit.add_templates(app, runtime)
     data = {"name": "data", "hostPath": {"path": str(output), "type": "Directory"}}
-    on_host = {
-        "driver": sparkopkit.pod_template(sparkopkit.DRIVER_CONTAINER, volumes=[data]),
-        "executor": sparkopkit.pod_template(sparkopkit.EXECUTOR_CONTAINER, volumes=[data]),
+    on_node = {
+        role: sparkopkit.pod_template(name, volumes=[data], nodeSelector=node["labels"])
+        for role, name in sparkopkit.CONTAINERS.items()
     }
-    sparkopkit.add_templates(app, on_host)
+    sparkopkit.add_templates(app, on_node)
     return shipped, app
 
 
@@ -130,13 +136,13 @@ def timeline(app: dict[str, Any], driver: dict[str, Any]) -> str:
     return ", ".join(f"{name} +{(moment - start).total_seconds():.0f}s" for name, moment in at.items())
 
 
-def test_shipped_lag_report_completes_on_real_pods_and_writes_the_offsets(
-    k8s_real_node: K8sCluster, tmp_path: Path
+def test_shipped_lag_report_completes_in_the_spark_image_on_real_pods(
+    k8s_real_node: K8sCluster, spark_image_on_node: str, tmp_path: Path
 ) -> None:
     k8s, started = k8s_real_node, time.monotonic()
     output = tmp_path / "spark-data"
     output.mkdir()
-    os.chmod(output, 0o777)
+    os.chmod(output, 0o777)  # the image's uid 10001 writes the Parquet
     with operated_namespace(k8s, "e2e-spark", tmp_path) as ns:
         host_volumes(k8s, ns, CLUSTER, groups=1, replicas=1, root=tmp_path / "volumes")
         k8s.apply(
@@ -153,7 +159,7 @@ def test_shipped_lag_report_completes_on_real_pods_and_writes_the_offsets(
         assert len(expected) == QUEUES and sum(lag for *_, lag in expected.values()) == MESSAGES - 18
 
         with sparkopkit.running_spark_operator(k8s, ns, tmp_path / "spark-operator") as operator:
-            shipped, app = lag_report_app(k8s, operator, output)
+            shipped, app = lag_report_app(k8s, operator, spark_image_on_node, output)
             applied = time.monotonic()
             k8s.apply(app)
             try:
@@ -167,9 +173,16 @@ def test_shipped_lag_report_completes_on_real_pods_and_writes_the_offsets(
             driver = k8s.get_json("pod", done["status"]["driverInfo"]["podName"], "-n", ns)
             log = k8s.kubectl("logs", driver["metadata"]["name"], "-n", ns).stdout
 
-    # The pod as the shipped manifest made it: its arguments and mount, on the real node.
+    # The pod as the shipped manifest made it: the image with its own entrypoint and job file,
+    # its arguments and mount, on the real node; nothing of the host but the data volume.
     container = driver["spec"]["containers"][0]
     assert driver["spec"]["nodeName"] == k8s.info["real_node"]["name"]
+    assert container["image"] == spark_image_on_node and "command" not in container
+    assert container["args"][0] == "driver" and IMAGE_JOB in container["args"]
+    host_paths = [v["hostPath"]["path"] for v in driver["spec"]["volumes"] if "hostPath" in v]
+    assert host_paths == [str(output)]
+    status = driver["status"]["containerStatuses"][0]
+    assert status["imageID"], status  # the node's containerd ran the imported image
     assert container["args"][-len(app["spec"]["arguments"]) :] == app["spec"]["arguments"]
     assert "--output" in shipped["spec"]["arguments"] and "/var/lib/orbitmq-spark/lag" in container["args"]
     assert {"name": "data", "mountPath": "/var/lib/orbitmq-spark"} in container["volumeMounts"]
