@@ -274,15 +274,15 @@ async def test_send_message_refuses_reserved_user_properties_and_far_timestamps(
     stub: service_pb2_grpc.MessagingServiceStub,
 ) -> None:
     """SendMessage: a user property named like a system one is ILLEGAL_MESSAGE_PROPERTY_KEY; a
-    delivery timestamp beyond the longest delay level is ILLEGAL_DELIVERY_TIME (never early)."""
+    delivery timestamp beyond the timer's 3 days is ILLEGAL_DELIVERY_TIME (never early)."""
     reserved = _message()
     reserved.user_properties["UNIQ_KEY"] = "forged"
     reply = await _send(stub, reserved)
     assert reply.status.code == d.ILLEGAL_MESSAGE_PROPERTY_KEY and "UNIQ_KEY" in reply.status.message
     far = _message(message_type=d.DELAY)
-    far.system_properties.delivery_timestamp.FromSeconds(int(time.time()) + 86_400)
+    far.system_properties.delivery_timestamp.FromSeconds(int(time.time()) + 3 * 86_400 + 60)
     reply = await _send(stub, far)
-    assert reply.status.code == d.ILLEGAL_DELIVERY_TIME and "longest delay level" in reply.status.message
+    assert reply.status.code == d.ILLEGAL_DELIVERY_TIME and "longest timer delay" in reply.status.message
 
 
 async def test_end_transaction_with_a_foreign_or_stale_id_is_invalid_transaction_id(
