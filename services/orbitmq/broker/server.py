@@ -38,7 +38,7 @@ from orbitmq.broker.schedule import ScheduleService
 from orbitmq.broker.servicer import BrokerServicer
 from orbitmq.broker.settings import BrokerSettings
 from orbitmq.broker.timer.service import TimerService
-from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to_proto
+from orbitmq.broker.topics import RW, TopicManager, dlq_topic, retry_topic, topic_to_proto
 from orbitmq.broker.transactions import TransactionService
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.rpc import RpcFailure
@@ -214,13 +214,36 @@ class Broker:
         """
         if not self.is_slave:
             return None
+        return self._stored_topic(topic, Permission.READ)
+
+    def _stored_topic(self, topic: str, perm: Permission) -> TopicConfig | None:
+        """A topic as its consume queues on disk show it: as many queues as the highest id held."""
         queue_ids = self.store.queue_ids(topic)
         if not queue_ids:
             return None
         nums = queue_ids[-1] + 1
-        return TopicConfig(
-            topic_name=topic, read_queue_nums=nums, write_queue_nums=nums, perm=Permission.READ
-        )
+        return TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums, perm=perm)
+
+    def _adopt_held_topics(self) -> list[str]:
+        """On promotion: the topics this broker holds messages of but whose config never came
+        (created on the old master within one config-copy interval of its death) become its
+        own, read-write with the queues it holds. Without this the new master would answer
+        TOPIC_NOT_EXIST for messages it has, or a first send would re-create the topic with the
+        default queue count and hide the queues beyond it. The old master's config, should it
+        come back as a slave, is replaced by this one (config flows from master to slave)."""
+        adopted = []
+        for topic in sorted({name for name, _ in self.store.queues()}):
+            if self.topics.get(topic) is None and (config := self._stored_topic(topic, RW)) is not None:
+                self.tables.topics.put(config)
+                adopted.append(topic)
+        if adopted:
+            log.warning(
+                "broker %s adopted %d topic(s) it holds messages of but had no config for: %s",
+                self.settings.broker_name,
+                len(adopted),
+                ", ".join(adopted),
+            )
+        return adopted
 
     @property
     def broker_id(self) -> int:
@@ -280,6 +303,7 @@ class Broker:
                 # rebuilt before this broker answers POP requests as master.
                 await asyncio.to_thread(self.pop.load)
                 await asyncio.to_thread(self.timer.load)  # the timers and deliveries it replicated
+                self._adopt_held_topics()
                 self.store.role = role
                 start = self.store.commitlog.max_offset
                 await asyncio.to_thread(self._begin_epoch, epoch, start)

@@ -296,6 +296,39 @@ async def test_a_slave_serves_a_topic_it_holds_before_the_config_copy_arrives(cl
     assert failure_of(missing.value).reason is ErrorReason.TOPIC_NOT_EXIST
 
 
+async def test_a_promoted_slave_adopts_the_topics_it_holds_before_the_config_copy_arrives(
+    cluster: Cluster,
+) -> None:
+    """The same early death, then the slave is promoted: the new master serves the topic it
+    holds (its two queues, read-write, in its route) rather than refusing it as unknown or
+    re-creating it on the next send with the default four queues."""
+    slow_copy = {**HA, "replica_config_interval_ms": 600_000}
+    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow_copy)
+    await cluster.start_broker(
+        "a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow_copy
+    )
+    slave = cluster.brokers["a-slave"].broker
+    await eventually(lambda: slave.replication.connected.is_set(), 10)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic("JustMade", read_queue_nums=2, write_queue_nums=2)
+    await send(cluster, 6, topic="JustMade")
+    await caught_up(cluster)
+    assert not slave.tables.topics.contains("JustMade"), "the config copy came too early for this test"
+
+    await cluster.stop_broker("a-master")
+    stub = cluster.brokers["a-slave"].stub
+    await stub.ChangeRole(broker_pb2.ChangeRoleRequest(role="ASYNC_MASTER", epoch=1, broker_id=0))
+    adopted = slave.tables.topics.get("JustMade")
+    assert adopted is not None and (adopted.read_queue_nums, adopted.write_queue_nums) == (2, 2)
+    bodies = [m.body for q in (0, 1) for m in await pull_all(stub, "JustMade", q)]
+    assert sorted(bodies) == [f"{i}".encode() for i in range(6)]
+    assert await send(cluster, 4, start=6, topic="JustMade") == [SendStatus.SEND_OK] * 4
+    async with Admin(cluster.address) as admin:
+        route = await admin.route("JustMade")
+    assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(2, 2)]
+    assert sorted(slave.store.queue_ids("JustMade")) == [0, 1]
+
+
 async def test_a_master_far_ahead_of_a_reader_sends_it_to_the_slave(cluster: Cluster) -> None:
     from clusterkit import FAST, Collector
 
