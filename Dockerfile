@@ -41,10 +41,12 @@ print("\n".join(p["dependencies"] + p["optional-dependencies"]["spark"]))' > /re
 FROM python:3.11-slim-bookworm AS spark
 # Debian's headless Java 17 runtime; JAVA_HOME through a link without the architecture. Its
 # postinst links java.1.gz into /usr/share/man/man1, which slim images do not have (Debian
-# #863199): the directory is made first and stays empty.
+# #863199): the directory is made first and stays empty. libnss-wrapper: the entrypoint gives
+# a uid without a passwd entry one (Java's user.home, Hadoop's user name).
 RUN mkdir -p /usr/share/man/man1 \
  && apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+    openjdk-17-jre-headless libnss-wrapper \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && /usr/lib/jvm/java-17/bin/java -version

@@ -16,6 +16,23 @@ set -euo pipefail
 : "${JAVA_HOME:?spark-entrypoint: JAVA_HOME is not set}"
 export PATH="$JAVA_HOME/bin:$PATH"
 
+# A uid without a passwd entry (a pod's runAsUser, OpenShift's random uids) leaves Java's
+# user.home "?" (spark-submit then fails: "basedir must be absolute: ?/.ivy2...") and Hadoop
+# without a user name: as Spark's own image does, give it one through nss_wrapper (the image
+# has libnss-wrapper) with /tmp as its home.
+if ! whoami >/dev/null 2>&1; then
+    for wrapper in /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so; do
+        if [ -s "$wrapper" ]; then
+            NSS_WRAPPER_PASSWD=$(mktemp)
+            NSS_WRAPPER_GROUP=$(mktemp)
+            export LD_PRELOAD="$wrapper" NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP
+            printf 'spark:x:%s:%s:anonymous uid:/tmp:/bin/false\n' "$(id -u)" "$(id -g)" >"$NSS_WRAPPER_PASSWD"
+            printf 'spark:x:%s:\n' "$(id -g)" >"$NSS_WRAPPER_GROUP"
+            break
+        fi
+    done
+fi
+
 classpath="$SPARK_HOME/jars/*"
 if [ -n "${SPARK_CONF_DIR:-}" ]; then
     classpath="$SPARK_CONF_DIR:$classpath"
