@@ -545,7 +545,8 @@ class Broker:
             topic_count=len(self.topics.user_topics()),
             consumer_groups_online=len(self.clients.consumer_groups()),
             long_polls_held=self.holds.held,
-            delayed_messages_waiting=sum(self.schedule.pending().values()),
+            # timed messages too: a drain must wait for them as for delay levels
+            delayed_messages_waiting=sum(self.schedule.pending().values()) + self.timer.pending,
             schedule_delivered=self.schedule.delivered,
             transactions_committed=self.transactions.committed,
             transactions_rolled_back=self.transactions.rolled_back,

@@ -279,7 +279,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             message.sys_flag &= ~int(SysFlag.TRANSACTION_ROLLBACK)  # half topic gets a normal unit
             return detour(message, TRANS_HALF_TOPIC, 0)
         if not TIMER_KEYS.isdisjoint(properties):
-            return timed(message, self.b.clock.now_ms(), self.b.settings.timer_max_delay_ms)
+            return timed(message, self.b.clock.now_ms(), self.b.settings.timer_limit_ms)
         level_text = properties.get(Property.DELAY, "")
         if level_text:
             if not level_text.isdigit():

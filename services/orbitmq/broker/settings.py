@@ -125,6 +125,13 @@ class BrokerSettings(BaseModel):
         return value
 
     @property
+    def timer_limit_ms(self) -> int:
+        """The longest wait a timed message may ask for: ``timer_max_delay_ms``, but never more
+        than ``file_reserved_time_ms`` (retention deletes a commit-log segment older than that
+        whatever still points into it, so a longer timer would find its message gone)."""
+        return min(self.timer_max_delay_ms, self.file_reserved_time_ms)
+
+    @property
     def namesrv_addrs(self) -> list[str]:
         return parse_namesrv(self.namesrv)
 

@@ -152,8 +152,10 @@ async def test_times_beyond_the_maximum_and_conflicting_timings_are_refused(runn
     now = int(time.time() * 1000)
     three_days = 3 * 86_400_000
     beyond = await refused(running, TIMER_DELIVER_MS=str(now + three_days + 60_000))
-    assert "TIMER_DELIVER_MS" in beyond and "timer_max_delay_ms is 259200000 (72 h)" in beyond
+    assert "TIMER_DELIVER_MS" in beyond and "at most 259200000 ms (72 h) ahead (timer_max_delay_ms" in beyond
     assert "timer_max_delay_ms" in await refused(running, TIMER_DELAY_SEC=str(4 * 86_400))
+    info = await running.stub.GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest())
+    assert info.delayed_messages_waiting == 0
     both = await refused(running, TIMER_DELAY_MS="10", DELAY="2")
     assert "one of" in both and "DELAY" in both and "TIMER_DELAY_MS" in both
     assert "non-negative whole number" in await refused(running, TIMER_DELAY_MS="-5")
@@ -161,12 +163,21 @@ async def test_times_beyond_the_maximum_and_conflicting_timings_are_refused(runn
     near = await send(running, b"near-max", TIMER_DELAY_MS=str(three_days - 60_000))
     assert near.status == broker_pb2.SEND_OK and running.broker.timer.pending == 1
     assert stored(running) == []
+    info = await running.stub.GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest())
+    assert info.delayed_messages_waiting == 1  # a drain waits for timers as for delay levels
 
 
-async def test_a_broker_with_a_shorter_maximum_names_its_own(tmp_path: Path) -> None:
+async def test_a_broker_with_a_shorter_maximum_or_retention_names_its_own(tmp_path: Path) -> None:
     running = await start_broker(tmp_path / "short", timer_max_delay_ms=10_000)
     try:
         message = await refused(running, TIMER_DELAY_MS="10001")
-        assert "asks for delivery 10001 ms from now" in message and "timer_max_delay_ms is 10000" in message
+        assert "asks for delivery 10001 ms from now" in message and "at most 10000 ms" in message
+        assert (await send(running, b"ok", TIMER_DELAY_MS="10000")).status == broker_pb2.SEND_OK
+    finally:
+        await stop_broker(running)
+    running = await start_broker(tmp_path / "kept", file_reserved_time_ms=3_600_000)
+    try:  # a timer may not outwait the retention of its own message
+        message = await refused(running, TIMER_DELAY_SEC="3601")
+        assert "at most 3600000 ms (1 h) ahead" in message and "file_reserved_time_ms" in message
     finally:
         await stop_broker(running)

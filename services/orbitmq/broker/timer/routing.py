@@ -24,7 +24,7 @@ def timed(message: InboundMessage, now_ms: int, max_delay_ms: int) -> InboundMes
 
     Raises :class:`RpcFailure` (MESSAGE_ILLEGAL) naming the property, its value and the rule:
     more than one way of timing, a value that is not a whole number, or a time further than
-    ``max_delay_ms`` ahead.
+    ``max_delay_ms`` ahead (the broker's ``timer_limit_ms``).
     """
     properties = message.properties
     asked = sorted(TIMER_KEYS.intersection(properties))
@@ -46,8 +46,9 @@ def timed(message: InboundMessage, now_ms: int, max_delay_ms: int) -> InboundMes
     if ahead > max_delay_ms:
         raise RpcFailure(
             ErrorReason.MESSAGE_ILLEGAL,
-            f"{key} {text} asks for delivery {ahead} ms from now; the broker's timer_max_delay_ms "
-            f"is {max_delay_ms} ({max_delay_ms / 3_600_000:g} h): a timed message may wait at most that long",
+            f"{key} {text} asks for delivery {ahead} ms from now; this broker delivers timed messages "
+            f"at most {max_delay_ms} ms ({max_delay_ms / 3_600_000:g} h) ahead (timer_max_delay_ms, "
+            "no more than file_reserved_time_ms)",
         )
     properties[Property.TIMER_DELIVER_MS] = str(deliver_at)
     if ahead <= 0:  # already due: stored where it belongs, now
