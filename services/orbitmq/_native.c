@@ -1118,6 +1118,299 @@ static PyObject *pull_reply(PyObject *module, PyObject *const *args, Py_ssize_t 
     return reply;
 }
 
+/* -- pulled records as Arrow columns (the Spark data source's read) ----------------------- */
+
+/* A growing byte buffer; `failed` is set (and a MemoryError raised) once an append fails. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    int failed;
+} Buf;
+
+static int buf_reserve(Buf *b, size_t more) {
+    if (b->failed)
+        return -1;
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *data = PyMem_Realloc(b->data, cap);
+    if (data == NULL) {
+        b->failed = 1;
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_add(Buf *b, const void *p, size_t n) {
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_i32(Buf *b, int32_t v) { return buf_add(b, &v, 4); }
+static int buf_i64(Buf *b, int64_t v) { return buf_add(b, &v, 8); }
+
+/* The offset a string column's next value starts at (Arrow's int32 offsets: 2 GiB per column). */
+static int32_t buf_at(const Buf *b) { return (int32_t)b->len; }
+
+static PyObject *buf_bytes(Buf *b) {
+    PyObject *out = PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
+    PyMem_Free(b->data);
+    b->data = NULL;
+    return out;
+}
+
+static inline int32_t get32s(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+
+static inline uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n;
+} Slice;
+
+static int same_name(Slice a, const char *b, Py_ssize_t n) { return a.n == n && memcmp(a.p, b, (size_t)n) == 0; }
+
+enum { COL_TOPIC_OFF, COL_TOPIC, COL_QUEUE, COL_QUEUE_OFFSET, COL_ID_OFF, COL_ID, COL_KEYS_OFF, COL_KEY_OFF,
+       COL_KEY, COL_TAG_VALID, COL_TAG_OFF, COL_TAG, COL_PROPS_OFF, COL_PKEY_OFF, COL_PKEY, COL_PVAL_OFF,
+       COL_PVAL, COL_BODY_OFF, COL_BODY, COL_BORN, COL_STORED, COL_RECONSUME, COLUMNS };
+
+PyDoc_STRVAR(pull_columns_doc,
+             "pull_columns(records, start, end, uniq_key, keys, tags, system_names)\n--\n\n"
+             "The records of a pull (a sequence of whole records) whose queue offset is in\n"
+             "[start, end), as the Arrow buffers of the Spark read schema's columns (little-endian\n"
+             "int32 offsets and values): (count, columns, missing_ids). ``columns`` are bytes: topic\n"
+             "offsets and data; queue ids; queue offsets; msg id offsets and data (the ``uniq_key``\n"
+             "property; empty where a record has none, its index then in ``missing_ids``); keys as\n"
+             "list offsets, string offsets and data (the ``keys`` property split on spaces, empty\n"
+             "pieces dropped); tags as a validity bitmap, offsets and data; the user properties (names\n"
+             "not in ``system_names``) as map offsets, name offsets and data, value offsets and data;\n"
+             "body offsets and data; born and store timestamps in microseconds; reconsume times.\n"
+             "Raises ValueError for a record that does not check (as record.decode), and returns None\n"
+             "for records whose properties the Python path must read (non-ASCII text, a name twice).");
+
+static PyObject *pull_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4]) || !PyBytes_Check(args[5]) ||
+        !PyTuple_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "pull_columns() takes records, start, end, three property names as "
+                                         "bytes and a tuple of system property names");
+        return NULL;
+    }
+    long long start = PyLong_AsLongLong(args[1]), end = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Slice uniq = {(const uint8_t *)PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3])};
+    Slice keys_name = {(const uint8_t *)PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4])};
+    Slice tags_name = {(const uint8_t *)PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5])};
+    PyObject *system = args[6];
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(system); s++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(system, s))) {
+            PyErr_SetString(PyExc_TypeError, "pull_columns(): system property names must be bytes");
+            return NULL;
+        }
+    PyObject *seq = PySequence_Fast(args[0], "pull_columns(): records must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Buf col[COLUMNS];
+    memset(col, 0, sizeof col);
+    PyObject *missing = PyList_New(0);
+    PyObject *result = NULL;
+    int declined = 0;
+    Py_ssize_t count = 0, total = PySequence_Fast_GET_SIZE(seq);
+    int32_t keys_items = 0, props_items = 0;
+    if (missing == NULL)
+        goto done;
+    buf_i32(&col[COL_TOPIC_OFF], 0);
+    buf_i32(&col[COL_ID_OFF], 0);
+    buf_i32(&col[COL_KEYS_OFF], 0);
+    buf_i32(&col[COL_KEY_OFF], 0);
+    buf_i32(&col[COL_TAG_OFF], 0);
+    buf_i32(&col[COL_PROPS_OFF], 0);
+    buf_i32(&col[COL_PKEY_OFF], 0);
+    buf_i32(&col[COL_PVAL_OFF], 0);
+    buf_i32(&col[COL_BODY_OFF], 0);
+    for (Py_ssize_t i = 0; i < total && !declined; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "pull_columns(): every record must be bytes");
+            goto done;
+        }
+        const uint8_t *r = (const uint8_t *)PyBytes_AS_STRING(item);
+        Py_ssize_t len = PyBytes_GET_SIZE(item);
+        if (len < HEADER_BYTES) {
+            PyErr_Format(PyExc_ValueError, "record of %zd bytes is shorter than the %d-byte header", len,
+                         HEADER_BYTES);
+            goto done;
+        }
+        int32_t size = get32s(r), body_len = get32s(r + 108);
+        uint32_t magic = (uint32_t)get32s(r + 4);
+        int64_t queue_offset = get64(r + 20), physical = get64(r + 28);
+        if (magic != MESSAGE_MAGIC) {
+            PyErr_Format(PyExc_ValueError, "magic %#x is not a message record", magic);
+            goto done;
+        }
+        if (size > len || body_len < 0 || (int64_t)HEADER_BYTES + body_len + 4 > size) {
+            PyErr_Format(PyExc_ValueError, "record sizes do not fit: total %d, body %d, buffer %zd", size, body_len,
+                         len);
+            goto done;
+        }
+        const uint8_t *body = r + HEADER_BYTES;
+        if (crc32c(0, body, (size_t)body_len) != (uint32_t)get32s(r + 8)) {
+            PyErr_Format(PyExc_ValueError, "body CRC mismatch at physical offset %lld", (long long)physical);
+            goto done;
+        }
+        Py_ssize_t pos = HEADER_BYTES + body_len;
+        Slice topic = {r + pos + 2, get16(r + pos)};
+        pos += 2 + topic.n;
+        if (pos + 2 > size) {
+            PyErr_Format(PyExc_ValueError, "record length %d does not match its fields at offset %lld", size,
+                         (long long)physical);
+            goto done;
+        }
+        Py_ssize_t props_len = get16(r + pos);
+        pos += 2;
+        if (pos + props_len != size) {
+            PyErr_Format(PyExc_ValueError, "record length %d does not match its fields at offset %lld", size,
+                         (long long)physical);
+            goto done;
+        }
+        if (queue_offset < start || queue_offset >= end)
+            continue;
+        /* properties: name \x01 value \x02 ..., as record.decode_properties reads them */
+        const uint8_t *props = r + pos;
+        Slice names[MAX_ENTRIES], values[MAX_ENTRIES];
+        int pairs = 0;
+        for (Py_ssize_t at = 0; at < props_len;) {
+            const uint8_t *stop = memchr(props + at, 0x02, (size_t)(props_len - at));
+            Py_ssize_t pair_end = stop ? stop - props : props_len;
+            if (pair_end > at) {
+                if (pairs == MAX_ENTRIES) {
+                    declined = 1;
+                    break;
+                }
+                const uint8_t *sep = memchr(props + at, 0x01, (size_t)(pair_end - at));
+                Py_ssize_t name_end = sep ? sep - props : pair_end;
+                names[pairs] = (Slice){props + at, name_end - at};
+                values[pairs] = sep ? (Slice){sep + 1, pair_end - name_end - 1} : (Slice){props + pair_end, 0};
+                for (int k = 0; k < pairs; k++)
+                    if (names[k].n == names[pairs].n && memcmp(names[k].p, names[pairs].p, (size_t)names[k].n) == 0)
+                        declined = 1; /* a dict keeps the last value at the first place: Python's job */
+                pairs++;
+            }
+            at = pair_end + 1;
+        }
+        for (Py_ssize_t k = 0; k < props_len && !declined; k++)
+            if (props[k] >= 0x80)
+                declined = 1; /* UTF-8 beyond ASCII: the Python path checks and decodes it */
+        for (Py_ssize_t k = 0; k < topic.n && !declined; k++)
+            if (topic.p[k] >= 0x80)
+                declined = 1;
+        if (declined)
+            break;
+        Slice id = {NULL, 0}, keys = {NULL, 0}, tag = {NULL, 0};
+        int has_tag = 0;
+        for (int k = 0; k < pairs; k++) {
+            if (same_name(names[k], (const char *)uniq.p, uniq.n))
+                id = values[k];
+            else if (same_name(names[k], (const char *)keys_name.p, keys_name.n))
+                keys = values[k];
+            else if (same_name(names[k], (const char *)tags_name.p, tags_name.n))
+                tag = values[k], has_tag = 1;
+        }
+        buf_add(&col[COL_TOPIC], topic.p, (size_t)topic.n);
+        buf_i32(&col[COL_TOPIC_OFF], buf_at(&col[COL_TOPIC]));
+        buf_i32(&col[COL_QUEUE], get32s(r + 12));
+        buf_i64(&col[COL_QUEUE_OFFSET], queue_offset);
+        if (id.n == 0) {
+            PyObject *index = PyLong_FromSsize_t(count);
+            if (index == NULL || PyList_Append(missing, index) < 0) {
+                Py_XDECREF(index);
+                goto done;
+            }
+            Py_DECREF(index);
+        }
+        buf_add(&col[COL_ID], id.p, (size_t)id.n);
+        buf_i32(&col[COL_ID_OFF], buf_at(&col[COL_ID]));
+        for (Py_ssize_t at = 0; at < keys.n;) { /* split on ' ', empty pieces dropped */
+            const uint8_t *space = memchr(keys.p + at, ' ', (size_t)(keys.n - at));
+            Py_ssize_t piece_end = space ? space - keys.p : keys.n;
+            if (piece_end > at) {
+                buf_add(&col[COL_KEY], keys.p + at, (size_t)(piece_end - at));
+                buf_i32(&col[COL_KEY_OFF], buf_at(&col[COL_KEY]));
+                keys_items++;
+            }
+            at = piece_end + 1;
+        }
+        buf_i32(&col[COL_KEYS_OFF], keys_items);
+        if (count % 8 == 0)
+            buf_add(&col[COL_TAG_VALID], "", 1);
+        if (has_tag && !col[COL_TAG_VALID].failed)
+            col[COL_TAG_VALID].data[count / 8] |= (char)(1 << (count % 8));
+        buf_add(&col[COL_TAG], tag.p, (size_t)tag.n);
+        buf_i32(&col[COL_TAG_OFF], buf_at(&col[COL_TAG]));
+        for (int k = 0; k < pairs; k++) {
+            int is_system = 0;
+            for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(system) && !is_system; s++) {
+                PyObject *name = PyTuple_GET_ITEM(system, s);
+                is_system = same_name(names[k], PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+            }
+            if (is_system)
+                continue;
+            buf_add(&col[COL_PKEY], names[k].p, (size_t)names[k].n);
+            buf_i32(&col[COL_PKEY_OFF], buf_at(&col[COL_PKEY]));
+            buf_add(&col[COL_PVAL], values[k].p, (size_t)values[k].n);
+            buf_i32(&col[COL_PVAL_OFF], buf_at(&col[COL_PVAL]));
+            props_items++;
+        }
+        buf_i32(&col[COL_PROPS_OFF], props_items);
+        buf_add(&col[COL_BODY], body, (size_t)body_len);
+        buf_i32(&col[COL_BODY_OFF], buf_at(&col[COL_BODY]));
+        buf_i64(&col[COL_BORN], get64(r + 40) * 1000);
+        buf_i64(&col[COL_STORED], get64(r + 68) * 1000);
+        buf_i32(&col[COL_RECONSUME], get32s(r + 96));
+        count++;
+        for (int c = 0; c < COLUMNS; c++)
+            if (col[c].failed)
+                goto done;
+        if (col[COL_BODY].len > INT32_MAX / 2 || col[COL_PVAL].len > INT32_MAX / 2) {
+            PyErr_SetString(PyExc_ValueError, "pull_columns(): over 1 GiB of bodies or properties in one call");
+            goto done;
+        }
+    }
+    if (declined) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *columns = PyTuple_New(COLUMNS);
+    if (columns == NULL)
+        goto done;
+    for (int c = 0; c < COLUMNS; c++) {
+        PyObject *bytes = buf_bytes(&col[c]);
+        if (bytes == NULL) {
+            Py_DECREF(columns);
+            goto done;
+        }
+        PyTuple_SET_ITEM(columns, c, bytes);
+    }
+    result = Py_BuildValue("(nNO)", count, columns, missing);
+done:
+    for (int c = 0; c < COLUMNS; c++)
+        PyMem_Free(col[c].data);
+    Py_XDECREF(missing);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* -- crc32c, for tests and for anyone who wants the same checksum --------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0)\n--\n\nCRC-32C of ``data``, continuing from ``value``.");
@@ -1149,6 +1442,7 @@ static PyMethodDef methods[] = {
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
     {"send_reply", (PyCFunction)(void (*)(void))send_reply, METH_FASTCALL, send_reply_doc},
     {"pull_reply", (PyCFunction)(void (*)(void))pull_reply, METH_FASTCALL, pull_reply_doc},
+    {"pull_columns", (PyCFunction)(void (*)(void))pull_columns, METH_FASTCALL, pull_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,3 +124,16 @@ def scan_send(request: bytes, detour: tuple[bytes, ...]) -> Scanned | None:
         return None
     scanned = NATIVE.scan(request, _TAGS, _KEYS, _UNIQ, detour)
     return None if type(scanned) is str else scanned  # type: ignore[no-any-return]
+
+
+def pull_columns(
+    records: object, start: int, end: int, names: tuple[bytes, bytes, bytes], system: tuple[bytes, ...]
+) -> tuple[int, tuple[bytes, ...], list[int]] | None:
+    """Pulled records as Arrow column buffers (``_native.pull_columns``; ``names`` are the
+    unique-key, keys and tags property names), or None: the records need the Python path, or
+    the C path is not available (not built, turned off, or a build from before this function).
+    Raises ValueError for a record that does not check."""
+    function = getattr(NATIVE, "pull_columns", None)
+    if function is None:
+        return None
+    return function(records, start, end, *names, system)  # type: ignore[no-any-return]

@@ -24,7 +24,7 @@ from orbitmq.client.pull_consumer import PullConsumer, PullStatus
 from orbitmq.client.queue import MessageQueue
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import RpcFailure
-from orbitmq.store.record import StoredMessage
+from orbitmq.store.message_filter import TagFilter
 from orbitmq.v1.broker_pb2 import ErrorReason
 from orbitmq_spark.offsets import DataLossError, QueueBounds, QueueRange, describe, skip_lost
 from orbitmq_spark.options import OptionError, QueueKey, ReadOptions, WriteOptions
@@ -112,9 +112,20 @@ decodes and converts the current one (a broker returns at most its transfer cap 
 32 messages by default, so one pull at a time leaves both sides idle half the time)."""
 
 
-def read_range(options: ReadOptions, piece: QueueRange) -> Iterator[list[StoredMessage]]:
+def takes_raw(options: ReadOptions) -> bool:
+    """Whether a read can take the pulls' records undecoded (``read_range(raw=True)``): the
+    broker alone decides what matches (``*`` or SQL92); a tag expression needs the client's
+    check of the decoded tag text."""
+    return options.sql or TagFilter(options.expression).matches_all
+
+
+def read_range(options: ReadOptions, piece: QueueRange, *, raw: bool = False) -> Iterator[Sequence[Any]]:
     """The messages of ``piece`` (queue slots ``[start, end)``) in queue order, one list per
     pull; the broker applies the tag or SQL92 filter.
+
+    With ``raw`` (only where :func:`takes_raw`) each list holds the pull's whole records,
+    undecoded, and may hold records outside the range: the caller keeps ``[start, end)``
+    (``rows.records_to_batch`` does, in C).
 
     The next pull is always in flight while the caller converts this one. Once a pull returns
     a message for every slot it read (no filter skipped any), its slot count is taken as the
@@ -134,6 +145,7 @@ def read_range(options: ReadOptions, piece: QueueRange) -> Iterator[list[StoredM
                 expression=options.expression,
                 sql=options.sql,
                 max_nums=min(count, piece.end - at),
+                raw=raw,
             )
 
         offset = piece.start
@@ -167,13 +179,18 @@ def read_range(options: ReadOptions, piece: QueueRange) -> Iterator[list[StoredM
                 )
             else:
                 step = max(offset + 1, result.next_begin_offset) - offset
-                if not stride and step == len(result.messages):  # no slot filtered out or missing
+                got = len(result.records) if raw else len(result.messages)
+                if not stride and step == got:  # no slot filtered out or missing
                     stride = step
                 offset += step
             if ahead and ahead[0][0] != offset:  # the pulls ahead guessed wrong: start again here
                 ahead.clear()
                 stride = 0
             send_ahead()  # before handing this pull over: the broker works while the caller does
+            if raw:
+                if result.records:
+                    yield result.records
+                continue
             messages = [m for m in result.messages if piece.start <= m.queue_offset < piece.end]
             if messages:
                 yield messages

@@ -25,9 +25,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from orbitmq import native
 from orbitmq.client.message import Message
 from orbitmq.common.topics import Property, split_keys
-from orbitmq.store.record import LazyProperties, StoredMessage
+from orbitmq.store.record import LazyProperties, RecordError, StoredMessage, decode
 from orbitmq_spark.options import OptionError
 
 SYSTEM_PROPERTIES = frozenset(v for k, v in vars(Property).items() if k.isupper())
@@ -103,6 +104,103 @@ def to_batch(schema: pa.Schema, broker: str, messages: Sequence[StoredMessage]) 
         pa.array([t * 1000 for t in born], type=types[9]),
         pa.array([t * 1000 for t in stored], type=types[10]),
         pa.array(reconsumes, type=types[11]),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_NAMES = (Property.UNIQ_KEY.encode(), Property.KEYS.encode(), Property.TAGS.encode())
+_SYSTEM_NAMES = tuple(sorted(name.encode() for name in SYSTEM_PROPERTIES))
+
+
+def records_to_batch(
+    schema: pa.Schema, broker: str, records: Sequence[bytes], start: int, end: int
+) -> pa.RecordBatch:
+    """One Arrow batch of the pulled ``records`` (whole records, one queue of ``broker``) whose
+    queue offset is in ``[start, end)``: the same batch :func:`to_batch` makes of them.
+
+    With ``orbitmq._native`` the columns' buffers are built in C straight from the records (no
+    Python object per message; bodies copied once, into the body column), which is most of a
+    read's cost in the Python worker; without it, or for records whose properties the Python
+    path must read (non-ASCII text, a name twice), the records are decoded here."""
+    try:
+        built = native.pull_columns(records, start, end, _NAMES, _SYSTEM_NAMES)
+    except ValueError as error:
+        raise RecordError(str(error)) from None
+    if built is not None:
+        return _from_columns(schema, broker, records, start, end, *built)
+    messages = [m for m in map(decode, records) if start <= m.queue_offset < end]
+    return to_batch(schema, broker, messages)
+
+
+def _from_columns(
+    schema: pa.Schema,
+    broker: str,
+    records: Sequence[bytes],
+    start: int,
+    end: int,
+    count: int,
+    columns: tuple[bytes, ...],
+    missing_ids: list[int],
+) -> pa.RecordBatch:
+    """The batch of ``pull_columns``' buffers (see its docstring for their order)."""
+    (
+        topic_off,
+        topic,
+        queue,
+        queue_offset,
+        id_off,
+        ids,
+        keys_off,
+        key_off,
+        key,
+        tag_valid,
+        tag_off,
+        tag,
+        props_off,
+        pkey_off,
+        pkey,
+        pval_off,
+        pval,
+        body_off,
+        body,
+        born,
+        stored,
+        reconsume,
+    ) = (pa.py_buffer(c) for c in columns)
+    types = [field.type for field in schema]
+
+    def strings(kind: pa.DataType, length: int, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
+        return pa.Array.from_buffers(kind, length, [None, offsets, data])
+
+    msg_ids = strings(types[4], count, id_off, ids)
+    if missing_ids:  # no unique key: the offset message id, which needs the store host (rare)
+        kept = [m for m in map(decode, records) if start <= m.queue_offset < end]
+        filled = msg_ids.to_pylist()
+        for row in missing_ids:
+            filled[row] = kept[row].msg_id
+        msg_ids = pa.array(filled, type=types[4])
+    key_items = len(key_off) // 4 - 1
+    props_items = len(pkey_off) // 4 - 1
+    map_type = types[7]
+    key_strings = strings(types[5].value_type, key_items, key_off, key)
+    arrays = [
+        strings(types[0], count, topic_off, topic),
+        pa.array([broker] * count, type=types[1]),
+        pa.Array.from_buffers(types[2], count, [None, queue]),
+        pa.Array.from_buffers(types[3], count, [None, queue_offset]),
+        msg_ids,
+        pa.Array.from_buffers(types[5], count, [None, keys_off], children=[key_strings]),
+        pa.Array.from_buffers(types[6], count, [tag_valid, tag_off, tag]),
+        pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), count + 1, [None, props_off]),
+            strings(map_type.key_type, props_items, pkey_off, pkey),
+            strings(map_type.item_type, props_items, pval_off, pval),
+            type=map_type,
+        ),
+        pa.Array.from_buffers(types[8], count, [None, body_off, body]),
+        pa.Array.from_buffers(types[9], count, [None, born]),
+        pa.Array.from_buffers(types[10], count, [None, stored]),
+        pa.Array.from_buffers(types[11], count, [None, reconsume]),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

@@ -82,6 +82,15 @@ def _read(options: ReadOptions, partition: InputPartition) -> Iterator[Any]:
     piece = partition.piece  # type: ignore[attr-defined]
     schema = rows.arrow_schema()
     pending: list[Any] = []
+    if brokers.takes_raw(options):  # records to columns in bulk (in C when built)
+        for records in brokers.read_range(options, piece, raw=True):
+            pending.extend(records)
+            if len(pending) >= ROWS_PER_BATCH:
+                yield from _columns(schema, piece, pending)
+                pending = []
+        if pending:
+            yield from _columns(schema, piece, pending)
+        return
     for messages in brokers.read_range(options, piece):
         pending.extend(messages)
         if len(pending) >= ROWS_PER_BATCH:
@@ -89,6 +98,12 @@ def _read(options: ReadOptions, partition: InputPartition) -> Iterator[Any]:
             pending = []
     if pending:
         yield rows.to_batch(schema, piece.broker, pending)
+
+
+def _columns(schema: Any, piece: offsets.QueueRange, records: list[bytes]) -> Iterator[Any]:
+    batch = rows.records_to_batch(schema, piece.broker, records, piece.start, piece.end)
+    if batch.num_rows:
+        yield batch
 
 
 def _plan(

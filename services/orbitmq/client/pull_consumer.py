@@ -9,6 +9,7 @@ is what ``orbitmq admin group progress`` and a later push consumer of the same g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -40,6 +41,8 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
+    records: Sequence[bytes] = ()
+    """With ``pull(raw=True)``: the whole records, not decoded (``messages`` is then empty)."""
 
 
 class PullConsumer:
@@ -79,10 +82,16 @@ class PullConsumer:
         sql: bool = False,
         max_nums: int = 32,
         wait_ms: int = 0,
+        raw: bool = False,
     ) -> PullResult:
         """Up to ``max_nums`` messages of ``mq`` from ``offset`` that match the tag expression
         (or SQL92 condition with ``sql=True``). With ``wait_ms`` > 0 the broker holds the call
-        up to that long when nothing is there yet (long polling)."""
+        up to that long when nothing is there yet (long polling).
+
+        ``raw=True`` hands back the records undecoded (:attr:`PullResult.records`), for a
+        reader that decodes them in bulk (the Spark source turns them into Arrow columns in C).
+        The broker matches tags by hash code only and the text check needs decoded tags, so a
+        raw pull takes ``*`` or an SQL92 condition, not a tag expression."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
         if not 1 <= max_nums <= MAX_PULL_NUMS:
@@ -96,6 +105,10 @@ class PullConsumer:
             validate_sql92(expression)
         else:
             tag_filter = TagFilter(expression)
+            if raw and not tag_filter.matches_all:
+                raise ValueError(
+                    f"a raw pull takes '*' or an SQL92 condition, not the tag expression {expression!r}"
+                )
         subscription = common_pb2.Subscription(
             topic=mq.topic, expression=expression, expression_type=common_pb2.SQL92 if sql else common_pb2.TAG
         )
@@ -113,10 +126,17 @@ class PullConsumer:
             ),
             timeout=wait_ms / 1000 + 10,
         )
+        status = PullStatus[broker_pb2.PullStatus.Name(reply.status)]
+        if raw:
+            records = list(reply.records)
+            if status is PullStatus.FOUND and not records:
+                status = PullStatus.NO_MATCHED_MSG
+            return PullResult(
+                status, reply.next_begin_offset, reply.min_offset, reply.max_offset, records=records
+            )
         messages = [decode(r) for r in reply.records]
         if tag_filter is not None:  # the broker matched tag hash codes; check the text
             messages = [m for m in messages if tag_filter.matches_tag(m.tags)]
-        status = PullStatus[broker_pb2.PullStatus.Name(reply.status)]
         if status is PullStatus.FOUND and not messages:
             status = PullStatus.NO_MATCHED_MSG
         return PullResult(status, reply.next_begin_offset, reply.min_offset, reply.max_offset, messages)
