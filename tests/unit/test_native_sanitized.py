@@ -24,6 +24,7 @@ TESTS = [
     "tests/unit/test_native.py",
     "tests/unit/store/test_put_scanned.py",
     "tests/unit/store/test_pull_read.py",
+    "tests/unit/test_native_pull_columns.py",
 ]
 
 # The child loads the sanitized build as orbitmq._native before anything imports the real one.
