@@ -15,8 +15,9 @@ import grpc
 import pytest
 from brokerkit import RunningBroker, start_broker, stop_broker
 
+from orbitmq.broker.timer.service import CHECKPOINT_EVERY
 from orbitmq.common.rpc import failure_of
-from orbitmq.common.topics import TIMER_TOPIC
+from orbitmq.common.topics import TIMER_LOG_TOPIC, TIMER_TOPIC
 from orbitmq.store.record import StoredMessage
 from orbitmq.v1 import broker_pb2, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
@@ -179,5 +180,33 @@ async def test_a_broker_with_a_shorter_maximum_or_retention_names_its_own(tmp_pa
     try:  # a timer may not outwait the retention of its own message
         message = await refused(running, TIMER_DELAY_SEC="3601")
         assert "at most 3600000 ms (1 h) ahead" in message and "file_reserved_time_ms" in message
+    finally:
+        await stop_broker(running)
+
+
+async def test_a_restart_reads_the_timer_log_back_to_its_last_checkpoint_only(tmp_path: Path) -> None:
+    """Delivered one by one, 3 * CHECKPOINT_EVERY timers leave as many log records; a restart
+    reads back to the last checkpoint and scans the timer queue from its low-water mark, so
+    neither grows with what was delivered before."""
+    running = await start_broker(tmp_path / "b", timer_precision_ms=PRECISION_MS)
+    count = 3 * CHECKPOINT_EVERY
+    now = int(time.time() * 1000) + 300
+    try:
+        for i in range(count):  # 8 ms apart: one delivery batch each
+            await send(running, b"%d" % i, TIMER_DELIVER_MS=str(now + 8 * i))
+        await send(running, b"pending", TIMER_DELAY_SEC="3600")
+        assert len(await wait_for(running, count, 15)) == count
+        assert running.broker.timer.state.low == count  # all below the pending one delivered
+        records = running.broker.store.max_offset_in_queue(TIMER_LOG_TOPIC, 0)
+        assert records > 2 * CHECKPOINT_EVERY, records  # so a checkpoint is not the whole log
+    finally:
+        await stop_broker(running)
+    running = await start_broker(tmp_path / "b", timer_precision_ms=PRECISION_MS)
+    try:
+        timer = running.broker.timer
+        assert 1 <= timer.records_read <= CHECKPOINT_EVERY, timer.records_read
+        assert (timer.pending, timer.state.low) == (1, count)
+        await asyncio.sleep(0.3)
+        assert len(stored(running)) == count  # nothing delivered again
     finally:
         await stop_broker(running)

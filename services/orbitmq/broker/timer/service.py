@@ -58,6 +58,8 @@ class TimerService:
         self.delivered: dict[str, int] = {}
         """Timers delivered by real topic since the start."""
         self.lateness = LatencyTally(LATENESS_BUCKETS)
+        self.records_read = 0
+        """Timer-log records the last :meth:`load` read back (at most about CHECKPOINT_EVERY)."""
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -78,6 +80,7 @@ class TimerService:
         if queue is not None:
             state.raise_low(queue.min_offset)
         self.state = state
+        self.records_read = len(records)
         self._since_checkpoint = 0
         while self.scan(SCAN_CHUNK):
             pass
