@@ -553,7 +553,11 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             )
         outcome, handle = await self._pop_call(
             self.b.pop.change_invisible(
-                request.consumer_group, request.topic, request.receipt_handle, request.invisible_time_ms
+                request.consumer_group,
+                request.topic,
+                request.receipt_handle,
+                request.invisible_time_ms,
+                renew=request.renew,
             )
         )
         if handle is None:

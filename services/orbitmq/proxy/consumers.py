@@ -12,6 +12,7 @@ a simple consumer then never waits on an empty queue while another holds message
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -23,6 +24,7 @@ from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import Property
 from orbitmq.proxy import codes, convert, routes
 from orbitmq.proxy.convert import Refused
+from orbitmq.proxy.renewals import Renewals
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2 as pb
 from orbitmq.store.record import decode
@@ -122,16 +124,32 @@ class Masters:
 
 
 class Consumers:
-    def __init__(self, channels: Channels, default_invisible_ms: int = DEFAULT_INVISIBLE_MS) -> None:
+    """Args:
+    channels: the proxy's channels to name servers and brokers.
+    client_alive: whether a v2 client id is still connected; auto-renewed messages of a gone
+        client are released (:mod:`orbitmq.proxy.renewals`).
+    default_invisible_ms: the slice an auto-renewed receive is hidden for at a time.
+    counted: told each renewal's outcome (:class:`Renewals`).
+    """
+
+    def __init__(
+        self,
+        channels: Channels,
+        client_alive: Callable[[str], bool] = lambda _: True,
+        default_invisible_ms: int = DEFAULT_INVISIBLE_MS,
+        counted: Callable[[str], None] = lambda outcome: None,
+    ) -> None:
         self.masters = Masters(channels)
+        self.renewals = Renewals(self.masters.call, client_alive, counted=counted)
         self._channels = channels
         self._default_invisible_ms = default_invisible_ms
 
     async def receive(
-        self, request: pb.ReceiveMessageRequest, time_remaining_s: float | None
+        self, request: pb.ReceiveMessageRequest, time_remaining_s: float | None, client_id: str = ""
     ) -> list[pb.ReceiveMessageResponse]:
         """The frames of one receive: a status, then (when messages came) the delivery
-        timestamp and the messages; raises :class:`Refused` for a request the protocol forbids."""
+        timestamp and the messages; raises :class:`Refused` for a request the protocol forbids.
+        With ``auto_renew`` the messages stay hidden while ``client_id`` holds them."""
         group = group_of(request.group)
         topic = convert.topic_of(request.message_queue.topic)
         broker_name = request.message_queue.broker.name
@@ -191,6 +209,16 @@ class Consumers:
         frames.append(delivered)
         for popped in reply.messages:
             frames.append(pb.ReceiveMessageResponse(message=_message(popped, invisible_ms, namespace)))
+            if request.auto_renew and client_id:
+                self.renewals.track(
+                    client_id,
+                    group,
+                    topic,
+                    broker_name,
+                    popped.receipt_handle,
+                    invisible_ms,
+                    popped.invisible_until_ms,
+                )
         return frames
 
     async def ack(self, request: pb.AckMessageRequest) -> pb.AckMessageResponse:
@@ -200,6 +228,7 @@ class Consumers:
             raise Refused(v2.BAD_REQUEST, "an ack must carry at least one entry")
         entries = []
         for entry in request.entries:
+            self.renewals.forget(entry.receipt_handle)
             try:
                 receipt = receipt_of(entry.receipt_handle)
                 reply = await self.masters.call(
@@ -233,6 +262,7 @@ class Consumers:
         group = group_of(request.group)
         topic = convert.topic_of(request.topic)
         receipt = receipt_of(request.receipt_handle)
+        self.renewals.forget(request.receipt_handle)  # the client chose when it comes back
         invisible_ms = duration_ms(
             request.invisible_duration, "invisible_duration", v2.ILLEGAL_INVISIBLE_TIME, MAX_INVISIBLE_MS
         )
@@ -250,10 +280,10 @@ class Consumers:
         status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
         return pb.ChangeInvisibleDurationResponse(status=status, receipt_handle=reply.receipt_handle)
 
-    async def orderly(self, group: str) -> bool:
-        """Whether ``group`` is configured ``consume_message_orderly`` on any master: what
-        a v2 consumer's settings say as ``subscription.fifo`` (the push consumer then consumes
-        each message group in order). A group no broker knows yet is not orderly."""
+    async def group_config(self, group: str) -> broker_pb2.SubscriptionGroupConfig | None:
+        """``group``'s configuration on the first master that has it (None: no broker knows it
+        yet): what a v2 consumer's settings are made of (``subscription.fifo`` from
+        ``consume_message_orderly``, the backoff policy's attempts from ``retry_max_times``)."""
         await self.masters.refresh()
         for name in sorted(self.masters.names):
             reply = await self.masters.call(
@@ -261,8 +291,8 @@ class Consumers:
             )
             for config in reply.groups:
                 if config.group_name == group:
-                    return bool(config.consume_message_orderly)
-        return False
+                    return config
+        return None
 
     async def forward_dead_letter(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest
@@ -272,6 +302,7 @@ class Consumers:
         group = group_of(request.group)
         topic = convert.topic_of(request.topic)
         receipt = receipt_of(request.receipt_handle)
+        self.renewals.forget(request.receipt_handle)
         reply = await self.masters.call(
             receipt.broker_name,
             "ForwardToDeadLetter",

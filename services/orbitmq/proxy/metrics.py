@@ -40,7 +40,17 @@ class ProxyMetrics:
             "Transaction check-backs pushed to a v2 producer's telemetry stream",
             registry=registry,
         )
+        self.renewals = Counter(
+            "orbitmq_proxy_invisibility_renewals_total",
+            "Auto-renewed (push consumer) messages: renewed another slice, released for a gone "
+            "client, dropped past the longest hold, or found done or handed out again",
+            ["outcome"],
+            registry=registry,
+        )
         registry.register(_ClientsCollector(clients))
+
+    def renewal(self, outcome: str) -> None:
+        self.renewals.labels(outcome).inc()
 
     def observe(self, rpc: str, code: int, seconds: float) -> None:
         self.requests.labels(rpc, _code_name(code)).inc()

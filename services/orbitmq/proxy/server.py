@@ -15,6 +15,7 @@ import sys
 from orbitmq.client.channels import Channels
 from orbitmq.client.producer import Producer
 from orbitmq.common.server import GrpcServer
+from orbitmq.common.tasks import TaskSet
 from orbitmq.proxy.clients import ClientRegistry
 from orbitmq.proxy.metrics import ProxyMetrics
 from orbitmq.proxy.servicer import MessagingService
@@ -49,6 +50,7 @@ class Proxy:
         )
         self.metrics = ProxyMetrics(self.grpc.registry, self.clients)
         self.transactions = Transactions(settings, self.channels, self.clients, self.metrics.checks_forwarded)
+        self._tasks = TaskSet("proxy")
         self._started = False
         self._closed = False
 
@@ -78,6 +80,7 @@ class Proxy:
         try:
             await self.producer.start()
             await self.transactions.start()
+            self._tasks.spawn("renewals", servicer.consumers.renewals.run())
             await self.grpc.start()
         except BaseException:
             await self.close()
@@ -96,6 +99,7 @@ class Proxy:
         self._closed = True
         if self._started:
             await self.grpc.stop(self.settings.grace_ms / 1000)
+        await self._tasks.close()
         await self.transactions.close()
         await self.producer.close()
         await self.channels.close()

@@ -48,6 +48,13 @@ DEADLINE_MARGIN_MS = 200
 """Kept back from the client's deadline so the proxy's answer arrives before the client gives up."""
 PRODUCER_MAX_ATTEMPTS = 3
 """What RocketMQ's proxy tells producers: three attempts, 10 ms doubling up to 1 s between them."""
+LONG_POLLING_MS = 20_000
+"""Consumers' long polling (RocketMQ's proxy default ``grpcClientConsumerMaxLongPollingTimeoutMillis``)."""
+RECEIVE_BATCH_SIZE = 32
+DEFAULT_RETRY_MAX = 16
+"""A group no broker knows yet: orbitmq's (and RocketMQ's) maxReconsumeTimes."""
+ORDERLY_SUSPEND_MS = 1_000
+"""Pause before a FIFO consumer retries a failed message in place (orbitmq's orderly suspend)."""
 CONSUMER_TYPES = frozenset({v2.PUSH_CONSUMER, v2.SIMPLE_CONSUMER, v2.PULL_CONSUMER})
 POP_LATER = "offset-based v2 consumption (PullMessage, offsets) is not built; consume with orbitmq's client"
 
@@ -116,7 +123,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._advertised = routes.endpoints_of(advertised)
         self._delay_levels_ms = parse_delay_levels(settings.delay_levels)
         self.metrics = metrics
-        self._consumers = Consumers(channels)
+        self.consumers = Consumers(
+            channels,
+            lambda client_id: clients.get(client_id) is not None,
+            settings.auto_renew_slice_ms,
+            metrics.renewal,
+        )
 
     # -- routes and clients --------------------------------------------------------------------
 
@@ -226,22 +238,45 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             policy.exponential_backoff.multiplier = 2
         else:
             self._clients.describe(client_id, kind, namespace, set())
+            config = None
             if settings.subscription.HasField("group"):
-                reply.subscription.fifo = await self._orderly(convert.real_name(settings.subscription.group))
-            policy = reply.backoff_policy
-            policy.max_attempts = 17  # 16 redeliveries, as orbitmq's maxReconsumeTimes
-            for level_ms in self._delay_levels_ms[2:]:
-                policy.customized_backoff.next.add().FromMilliseconds(level_ms)
+                config = await self._group_config(convert.real_name(settings.subscription.group))
+            self._consumer_settings(reply, config)
         return pb.TelemetryCommand(status=codes.OK, settings=reply)
 
-    async def _orderly(self, group: str) -> bool:
-        """Whether the group consumes in order; unknown while no broker answers (not FIFO then,
-        and the client asks again with its next settings sync)."""
+    def _consumer_settings(self, reply: v2.Settings, config: Any) -> None:
+        """What a consumer is told: long polling, batch size, FIFO or not, and the backoff.
+
+        ``long_polling_timeout`` must be set: the Python push consumer long-polls exactly that
+        long and with 0 it would ask again at once, forever. The attempts are the group's
+        (``retry_max_times`` + 1), which is also when the broker dead-letters a POP message.
+        A concurrent group's failed message comes back after the broker's delay levels from the
+        third on (10 s, 30 s, 1 min, ...), as orbitmq's retry topic would deliver it; a FIFO
+        group's client retries in place, holding its message group, after orbitmq's orderly
+        suspend (1 s, as ``SUSPEND_CURRENT_QUEUE_A_MOMENT``) each time.
+        """
+        subscription = reply.subscription
+        subscription.long_polling_timeout.FromMilliseconds(LONG_POLLING_MS)
+        subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+        orderly = bool(config is not None and config.consume_message_orderly)
+        subscription.fifo = orderly
+        retry_max = config.retry_max_times if config is not None else DEFAULT_RETRY_MAX
+        policy = reply.backoff_policy
+        policy.max_attempts = retry_max + 1
+        if orderly:
+            policy.customized_backoff.next.add().FromMilliseconds(ORDERLY_SUSPEND_MS)
+        else:
+            for level_ms in self._delay_levels_ms[2:]:
+                policy.customized_backoff.next.add().FromMilliseconds(level_ms)
+
+    async def _group_config(self, group: str) -> Any:
+        """The group's configuration; None while no broker knows it or answers (not FIFO then,
+        the default attempts; the client asks again with its next settings sync)."""
         try:
-            return await self._consumers.orderly(group)
+            return await self.consumers.group_config(group)
         except (grpc.aio.AioRpcError, RpcFailure) as error:
-            log.warning("could not tell whether group %s is orderly: %s", group, error)
-            return False
+            log.warning("could not read the configuration of group %s: %s", group, error)
+            return None
 
     # -- producers -----------------------------------------------------------------------------
 
@@ -316,7 +351,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self, request: pb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         endpoints = request.endpoints if request.endpoints.addresses else self._advertised
-        return await self._consumers.assignments(request, endpoints)
+        return await self.consumers.assignments(request, endpoints)
 
     async def ReceiveMessage(
         self, request: pb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -325,7 +360,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         (the official clients require it) and one frame per message."""
         started = time.perf_counter()
         try:
-            frames = await self._consumers.receive(request, context.time_remaining())
+            frames = await self.consumers.receive(
+                request, context.time_remaining(), _header(context, CLIENT_ID_HEADER)
+            )
         except Exception as error:  # answered with a status frame, as unary RPCs are
             frames = [pb.ReceiveMessageResponse(status=_failure_status("ReceiveMessage", error))]
         self.metrics.observe("ReceiveMessage", frames[0].status.code, time.perf_counter() - started)
@@ -334,19 +371,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @answers(pb.AckMessageResponse)
     async def AckMessage(self, request: pb.AckMessageRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self._consumers.ack(request)
+        return await self.consumers.ack(request)
 
     @answers(pb.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(
         self, request: pb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self._consumers.change_invisible(request)
+        return await self.consumers.change_invisible(request)
 
     @answers(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self._consumers.forward_dead_letter(request)
+        return await self.consumers.forward_dead_letter(request)
 
     # -- not served yet ------------------------------------------------------------------------
 

@@ -40,6 +40,11 @@ class ProxySettings(BaseModel):
     than the time left, so this must equal the brokers' ``delay_levels``."""
     heartbeat_ms: int = Field(default=30_000, ge=10)
     """How often the proxy heartbeats its transaction producer groups to every master."""
+    auto_renew_slice_ms: int = Field(default=30_000, ge=1_000)
+    """How long a push consumer's message (received with ``auto_renew``) is hidden at a time;
+    the proxy renews it shortly before each slice ends until the client acks it or goes away,
+    so a shorter slice only costs more renewals, and a client that vanished without a word
+    gets its messages back sooner."""
     grace_ms: int = Field(default=5_000, ge=0)
     """On SIGTERM, how long in-flight calls may finish after health turns NOT_SERVING."""
 

@@ -411,16 +411,18 @@ class ForwardToDeadLetterRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
 
 class ChangeInvisibleTimeRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "receipt_handle", "invisible_time_ms")
+    __slots__ = ("consumer_group", "topic", "receipt_handle", "invisible_time_ms", "renew")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     receipt_handle: str
     invisible_time_ms: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_time_ms: _Optional[int] = ...) -> None: ...
+    renew: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_time_ms: _Optional[int] = ..., renew: _Optional[bool] = ...) -> None: ...
 
 class ChangeInvisibleTimeResponse(_message.Message):
     __slots__ = ("result", "receipt_handle", "invisible_until_ms")
@@ -570,7 +572,7 @@ class GetConsumeStatsRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class QueueProgress(_message.Message):
-    __slots__ = ("topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "lag", "last_timestamp_ms")
+    __slots__ = ("topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "lag", "last_timestamp_ms", "pop", "pop_in_flight", "pop_expired", "pop_delivered_offset", "pop_done_above")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -578,6 +580,11 @@ class QueueProgress(_message.Message):
     CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     LAST_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    POP_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    POP_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    POP_DELIVERED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    POP_DONE_ABOVE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     broker_name: str
     queue_id: int
@@ -585,7 +592,12 @@ class QueueProgress(_message.Message):
     consumer_offset: int
     lag: int
     last_timestamp_ms: int
-    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_timestamp_ms: _Optional[int] = ...) -> None: ...
+    pop: bool
+    pop_in_flight: int
+    pop_expired: int
+    pop_delivered_offset: int
+    pop_done_above: int
+    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_timestamp_ms: _Optional[int] = ..., pop: _Optional[bool] = ..., pop_in_flight: _Optional[int] = ..., pop_expired: _Optional[int] = ..., pop_delivered_offset: _Optional[int] = ..., pop_done_above: _Optional[int] = ...) -> None: ...
 
 class ConsumeStats(_message.Message):
     __slots__ = ("queues", "total_lag")

@@ -118,7 +118,9 @@ class V2Cluster:
 
 
 @contextlib.asynccontextmanager
-async def v2_cluster(root: Path, **broker_overrides: Any) -> AsyncIterator[V2Cluster]:
+async def v2_cluster(
+    root: Path, proxy_overrides: dict[str, Any] | None = None, **broker_overrides: Any
+) -> AsyncIterator[V2Cluster]:
     namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
     await namesrv.start()
     broker = await start_broker(
@@ -126,7 +128,11 @@ async def v2_cluster(root: Path, **broker_overrides: Any) -> AsyncIterator[V2Clu
     )
     proxy = Proxy(
         ProxySettings(
-            listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", namesrv=namesrv.address, grace_ms=200
+            listen="127.0.0.1:0",
+            metrics_listen="127.0.0.1:0",
+            namesrv=namesrv.address,
+            grace_ms=200,
+            **(proxy_overrides or {}),
         )
     )
     await proxy.start()

@@ -272,13 +272,14 @@ class PopService:
         return AckOutcome.ACKED
 
     async def change_invisible(
-        self, group: str, topic: str, handle: str, invisible_ms: int
+        self, group: str, topic: str, handle: str, invisible_ms: int, *, renew: bool = False
     ) -> tuple[AckOutcome, ReceiptHandle | None]:
-        """Hide an in-flight message ``invisible_ms`` from now; returns its new handle."""
+        """Hide an in-flight message ``invisible_ms`` from now; returns its new handle (the same
+        one with ``renew``, see :meth:`PopState.change_invisible`)."""
         receipt = self._receipt(handle)
         key = PopKey(group, topic, receipt.queue_id)
         outcome, record = self.state.change_invisible(
-            key, receipt.offset, receipt.lease, self._clock.now_ms(), invisible_ms
+            key, receipt.offset, receipt.lease, self._clock.now_ms(), invisible_ms, renew=renew
         )
         if record is None:
             return outcome, None

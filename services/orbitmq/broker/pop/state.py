@@ -218,16 +218,18 @@ class PopState:
         return AckOutcome.ACKED, record
 
     def change_invisible(
-        self, key: PopKey, offset: int, lease: int, now_ms: int, invisible_ms: int
+        self, key: PopKey, offset: int, lease: int, now_ms: int, invisible_ms: int, *, renew: bool = False
     ) -> tuple[AckOutcome, Changed | None]:
         """Make an in-flight message invisible for ``invisible_ms`` from now, under a new lease
-        (its handle changes, as RocketMQ's ChangeInvisibleDuration returns a new one)."""
+        (its handle changes, as RocketMQ's ChangeInvisibleDuration returns a new one); with
+        ``renew`` under the same lease: the same delivery kept hidden longer (a proxy renewing
+        an auto-renewed message for a client that still holds the handle)."""
         if invisible_ms < 0:
             raise ValueError(f"invisible_ms must be >= 0, not {invisible_ms}")
         outcome, _ = self._check_lease(key, offset, lease)
         if outcome is not AckOutcome.ACKED:
             return outcome, None
-        record = Changed(key, offset, lease, self.next_lease, now_ms + invisible_ms)
+        record = Changed(key, offset, lease, lease if renew else self.next_lease, now_ms + invisible_ms)
         self.apply(record)
         return AckOutcome.ACKED, record
 
