@@ -90,13 +90,15 @@ class TimerService:
         return len(state)
 
     def _record_at(self, unit: tuple[int, int, int] | None) -> TimerRecord | None:
-        message = self._store.message_at(unit[0]) if unit else None
+        if unit is None:
+            return None
+        message = self._store.message_at(unit[0])
         if message is None:
             return None
         try:
             return TimerRecord.decode(message.body)
         except TimerRecordError as error:
-            log.error("timer: skipping a record at commit-log offset %d: %s", unit[0], error)  # type: ignore[index]
+            log.error("timer: skipping a record at commit-log offset %d: %s", unit[0], error)
             return None
 
     def scan(self, max_units: int) -> int:
@@ -105,7 +107,8 @@ class TimerService:
         if queue is None:
             return 0
         state = self.state
-        start = max(state.scanned, queue.min_offset)
+        state.raise_low(queue.min_offset)  # retention took the oldest: nothing left to deliver there
+        start = state.scanned
         units = queue.units(start, max_units)
         for offset, (physical, size, deliver_at) in enumerate(units, start):
             state.add(offset, physical, size, deliver_at)
