@@ -222,3 +222,18 @@ async def test_a_restart_reads_the_timer_log_back_to_its_last_checkpoint_only(tm
         assert len(stored(running)) == count  # nothing delivered again
     finally:
         await stop_broker(running)
+
+
+async def test_a_burst_of_large_timers_due_together_fits_small_segments(tmp_path: Path) -> None:
+    """Forty 15 KB timers due at once on 64 KiB segments: delivered in batches that each fit a
+    segment (one batch of all would be refused by the store, and retried for ever)."""
+    running = await start_broker(tmp_path / "small", segment_bytes=64 * 1024, max_message_bytes=16 * 1024)
+    try:
+        at = int(time.time() * 1000) + 300
+        for i in range(40):
+            await send(running, b"%02d" % i + b"x" * 15_000, TIMER_DELIVER_MS=str(at))
+        arrived = await wait_for(running, 40, 10)
+        assert [m.body[:2] for m in arrived] == [b"%02d" % i for i in range(40)]
+        assert running.broker.timer.pending == 0
+    finally:
+        await stop_broker(running)

@@ -140,7 +140,8 @@ class TimerService:
 
     async def deliver_due(self) -> int:
         """Deliver one batch of due timers; how many were delivered, -1 if the put failed."""
-        due = self.state.pop_due(self._clock.now_ms(), BATCH_MAX_MESSAGES, BATCH_MAX_BYTES)
+        budget = min(BATCH_MAX_BYTES, self._store.commitlog.max_record_bytes() // 2)  # fits a segment
+        due = self.state.pop_due(self._clock.now_ms(), BATCH_MAX_MESSAGES, budget)
         if not due:
             return 0
         messages, offsets = self._deliveries(due)
