@@ -27,7 +27,7 @@ from orbitmq.proxy.convert import Refused
 from orbitmq.proxy.renewals import Renewals
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2 as pb
-from orbitmq.store.record import decode
+from orbitmq.store.record import StoredMessage, decode
 from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
@@ -340,7 +340,17 @@ class Consumers:
 
 
 def _message(popped: broker_pb2.PoppedMessage, invisible_ms: int, namespace: str) -> v2.Message:
-    stored = decode(popped.record)
+    message = stored_message(decode(popped.record), popped.queue_id, popped.queue_offset, namespace)
+    system = message.system_properties
+    system.receipt_handle = popped.receipt_handle
+    system.delivery_attempt = popped.delivery_attempt
+    system.invisible_duration.FromMilliseconds(invisible_ms)
+    return message
+
+
+def stored_message(stored: StoredMessage, queue_id: int, queue_offset: int, namespace: str) -> v2.Message:
+    """A stored message as v2 clients get it (receive and pull alike): the type from its
+    properties, ids, hosts, timestamps and the queue place."""
     properties = stored.properties
     if convert.SHARDING_KEY in properties:
         kind = v2.FIFO
@@ -357,8 +367,8 @@ def _message(popped: broker_pb2.PoppedMessage, invisible_ms: int, namespace: str
         born_timestamp_ms=stored.born_timestamp_ms,
         born_host=stored.born_host,
         store_timestamp_ms=stored.store_timestamp_ms,
-        queue_id=popped.queue_id,
-        queue_offset=popped.queue_offset,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
         message_type=kind,
         namespace=namespace,
     )
@@ -366,7 +376,4 @@ def _message(popped: broker_pb2.PoppedMessage, invisible_ms: int, namespace: str
     if not system.message_id:  # stored by an orbitmq client without a unique key
         system.message_id = stored.msg_id
     system.store_host = stored.store_host
-    system.receipt_handle = popped.receipt_handle
-    system.delivery_attempt = popped.delivery_attempt
-    system.invisible_duration.FromMilliseconds(invisible_ms)
     return message

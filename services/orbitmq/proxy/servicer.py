@@ -8,6 +8,8 @@ Producers are complete: QueryRoute, Heartbeat, Telemetry (settings; check-backs 
 SendMessage (normal, FIFO, delayed, transactional), EndTransaction, NotifyClientTermination.
 Simple and push consumers: ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment,
 ForwardMessageToDeadLetterQueue (:mod:`orbitmq.proxy.consumers`, over the brokers' POP).
+Offset-based consumers: QueryOffset, GetOffset, UpdateOffset, PullMessage
+(:mod:`orbitmq.proxy.offsets`, over the brokers' pulls and committed offsets).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from orbitmq.proxy.coalesce import SendCoalescer
 from orbitmq.proxy.consumers import Consumers
 from orbitmq.proxy.convert import Refused
 from orbitmq.proxy.metrics import ProxyMetrics
+from orbitmq.proxy.offsets import Offsets
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.proxy.transactions import Transactions
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
@@ -56,7 +59,6 @@ DEFAULT_RETRY_MAX = 16
 ORDERLY_SUSPEND_MS = 1_000
 """Pause before a FIFO consumer retries a failed message in place (orbitmq's orderly suspend)."""
 CONSUMER_TYPES = frozenset({v2.PUSH_CONSUMER, v2.SIMPLE_CONSUMER, v2.PULL_CONSUMER})
-POP_LATER = "offset-based v2 consumption (PullMessage, offsets) is not built; consume with orbitmq's client"
 
 
 def answers(
@@ -129,6 +131,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             settings.auto_renew_slice_ms,
             metrics.renewal,
         )
+        self._offsets = Offsets(self.consumers.masters)
 
     # -- routes and clients --------------------------------------------------------------------
 
@@ -385,23 +388,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> Any:
         return await self.consumers.forward_dead_letter(request)
 
-    # -- not served yet ------------------------------------------------------------------------
+    # -- offset-based consumers (see orbitmq.proxy.offsets) --------------------------------------
 
-    async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        self.metrics.observe("PullMessage", v2.NOT_IMPLEMENTED, 0.0)
-        yield pb.PullMessageResponse(status=codes.not_implemented("PullMessage", POP_LATER))
+    async def PullMessage(
+        self, request: pb.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Server stream: a status frame, the messages, then ``next_offset``."""
+        started = time.perf_counter()
+        try:
+            frames = await self._offsets.pull(request, context.time_remaining())
+        except Exception as error:  # answered with a status frame, as unary RPCs are
+            frames = [pb.PullMessageResponse(status=_failure_status("PullMessage", error))]
+        self.metrics.observe("PullMessage", frames[0].status.code, time.perf_counter() - started)
+        for frame in frames:
+            yield frame
 
     @answers(pb.UpdateOffsetResponse)
-    async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.UpdateOffsetResponse(status=codes.not_implemented("UpdateOffset", POP_LATER))
+    async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._offsets.update(request)
 
     @answers(pb.GetOffsetResponse)
-    async def GetOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.GetOffsetResponse(status=codes.not_implemented("GetOffset", POP_LATER))
+    async def GetOffset(self, request: pb.GetOffsetRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._offsets.get(request)
 
     @answers(pb.QueryOffsetResponse)
-    async def QueryOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.QueryOffsetResponse(status=codes.not_implemented("QueryOffset", POP_LATER))
+    async def QueryOffset(self, request: pb.QueryOffsetRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._offsets.query(request)
+
+    # -- not served ----------------------------------------------------------------------------
 
     @answers(pb.RecallMessageResponse)
     async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
