@@ -18,7 +18,7 @@ import grpc
 from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.pop.handles import InvalidReceiptHandle
 from orbitmq.broker.pop.service import PopPersistError
-from orbitmq.broker.pop.state import AckOutcome
+from orbitmq.broker.pop.state import AckOutcome, PopKey
 from orbitmq.broker.reput import detour
 from orbitmq.broker.timer.routing import TIMER_KEYS, timed
 from orbitmq.broker.topic_changes import (
@@ -683,7 +683,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         more often than not: answering "lag 0" for it would tell a monitoring script all is well."""
         validate_group_name(group)
         known = self.b.topics.tables.subscription_groups.contains(group)
-        if not known and not self.b.offsets.topics_of_group(group):
+        popped = self.b.pop.state.topics_of(group)
+        if not known and not self.b.offsets.topics_of_group(group) and not popped:
             raise RpcFailure(
                 ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"consumer group {group!r} does not exist on broker {self.b.settings.broker_name} "
@@ -692,16 +693,27 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
     async def GetConsumeStats(self, request, context):
         self._require_known_group(request.consumer_group)
+        group = request.consumer_group
         topics = (
             [request.topic]
             if request.topic
-            else sorted(self.b.offsets.topics_of_group(request.consumer_group))
+            else sorted(self.b.offsets.topics_of_group(group) | self.b.pop.state.topics_of(group))
         )
         stats = broker_pb2.ConsumeStats()
+        now_ms = self.b.clock.now_ms()
         for topic in topics:
             config = self.b.topics.require(topic)
             for queue_id in range(config.read_queue_nums):
-                progress = self.b.queue_progress(request.consumer_group, topic, queue_id)
+                progress = self.b.queue_progress(group, topic, queue_id)
+                pop = self.b.pop.state.summary(PopKey(group, topic, queue_id), now_ms)
+                if pop is not None:  # a POP group: its place is the POP state's, not an offset
+                    progress.pop = True
+                    progress.consumer_offset = pop.consume_offset
+                    progress.lag = max(0, progress.broker_offset - pop.consume_offset)
+                    progress.pop_in_flight = pop.in_flight
+                    progress.pop_expired = pop.expired
+                    progress.pop_delivered_offset = pop.delivered_offset
+                    progress.pop_done_above = pop.done_above
                 stats.queues.append(progress)
                 stats.total_lag += progress.lag
         return stats

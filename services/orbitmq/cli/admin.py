@@ -21,7 +21,7 @@ from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import failure_of
 from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage
-from orbitmq.v1.broker_pb2 import TopicChangeOutcome
+from orbitmq.v1.broker_pb2 import QueueProgress, TopicChangeOutcome
 
 
 def run_admin(work: Callable[[Admin], Awaitable[Any]], namesrv: str) -> Any:
@@ -396,24 +396,39 @@ def group_list(namesrv: str, as_json: bool) -> None:
 @click.option("--topic")
 @common
 def group_progress(namesrv: str, as_json: bool, name: str, topic: str | None) -> None:
-    """Broker offset, consumer offset and lag per queue (RocketMQ consumerProgress)."""
+    """Broker offset, consumer offset and lag per queue (RocketMQ consumerProgress).
+
+    For a group consuming by POP (RocketMQ 5 clients through orbitmq proxy) the consumer
+    offset is the POP consume offset (everything below it acked, skipped or dead-lettered),
+    and the queue also shows the messages in flight (received, not acked), how many of those
+    have expired and wait to be delivered again, and the first offset never delivered."""
     rows = run_admin(lambda a: a.consume_progress(name, topic), namesrv)
+    columns = ["topic", "broker_name", "queue", "broker_offset", "consumer_offset", "lag"]
+    pop = any(r.pop for r in rows)
+    if pop:
+        columns += ["mode", "in_flight", "expired", "delivered_offset"]
     emit_rows(
-        [
-            {
-                "topic": r.topic,
-                "broker_name": r.broker_name,
-                "queue": r.queue_id,
-                "broker_offset": r.broker_offset,
-                "consumer_offset": r.consumer_offset,
-                "lag": r.lag,
-            }
-            for r in rows
-        ],
-        ["topic", "broker_name", "queue", "broker_offset", "consumer_offset", "lag"],
+        [_progress_row(r) for r in rows],
+        columns,
         as_json,
-        f"total lag {sum(r.lag for r in rows)}",
+        f"total lag {sum(r.lag for r in rows)}"
+        + (f", in flight {sum(r.pop_in_flight for r in rows)}" if pop else ""),
     )
+
+
+def _progress_row(r: QueueProgress) -> dict[str, Any]:
+    row = {
+        "topic": r.topic,
+        "broker_name": r.broker_name,
+        "queue": r.queue_id,
+        "broker_offset": r.broker_offset,
+        "consumer_offset": r.consumer_offset,
+        "lag": r.lag,
+        "mode": "pop" if r.pop else "pull",
+    }
+    if r.pop:
+        row.update(in_flight=r.pop_in_flight, expired=r.pop_expired, delivered_offset=r.pop_delivered_offset)
+    return row
 
 
 # -- cluster, brokers, messages, offsets, dead letters -------------------------------------------------

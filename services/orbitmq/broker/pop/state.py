@@ -114,6 +114,22 @@ class Plan:
         return self.redeliver + self.new
 
 
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """A POP queue's progress for one group (see the bands in the module docstring)."""
+
+    consume_offset: int
+    """``floor``: everything below is done (acked, skipped or dead-lettered)."""
+    delivered_offset: int
+    """``frontier``: the first offset never handed out."""
+    in_flight: int
+    """Handed out and not done: invisible, or expired and waiting to go out again."""
+    expired: int
+    """Of the in-flight ones, those whose invisibility has run out."""
+    done_above: int
+    """Done out of order above ``consume_offset``."""
+
+
 @dataclass
 class QueuePop:
     floor: int = 0
@@ -347,6 +363,18 @@ class PopState:
             if state.in_flight:
                 counts[key.group, key.topic] = counts.get((key.group, key.topic), 0) + len(state.in_flight)
         return counts
+
+    def summary(self, key: PopKey, now_ms: int) -> QueueSummary | None:
+        """What ``orbitmq admin group progress`` shows of a POP queue (None: never popped)."""
+        state = self._queues.get(key)
+        if state is None:
+            return None
+        expired = sum(1 for lease in state.in_flight.values() if lease.invisible_until_ms <= now_ms)
+        return QueueSummary(state.floor, state.frontier, len(state.in_flight), expired, len(state.done))
+
+    def topics_of(self, group: str) -> set[str]:
+        """Topics ``group`` has popped on this broker."""
+        return {key.topic for key in self._queues if key.group == group}
 
     def in_flight_count(self, key: PopKey) -> int:
         state = self._queues.get(key)
