@@ -374,6 +374,25 @@ def topics_and_groups() -> list[tuple[str, list[Panel]]]:
                     description="Messages moved to the groups' dead-letter topics after their last retry.",
                 ),
                 ts(
+                    "Timed messages",
+                    Query(f"max by (broker) (orbitmq_timer_pending{{{B}}})", "{{broker}} waiting"),
+                    Query(
+                        "sum by (topic) (max by (topic, broker) "
+                        f"(rate(orbitmq_timer_delivered_total{{{B}, {T}}}{RI})))",
+                        "{{topic}} delivered/s",
+                    ),
+                    description="Messages waiting in the brokers' timers for their delivery time "
+                    "(deliver_at_ms/delay_ms, RocketMQ 5 delivery timestamps), and the rate at which "
+                    "they reach their topics.",
+                ),
+                ts(
+                    "Timer lateness",
+                    *_quantiles("orbitmq_timer_lateness_seconds", B, "broker"),
+                    unit="s",
+                    description="How long after its requested time each timed message was delivered "
+                    "(never early; the timer looks at least every timer_precision_ms).",
+                ),
+                ts(
                     "Flow-control pauses",
                     Query(
                         _rate(f"orbitmq_flow_control_pauses_total{{{G}}}", "group, reason"),

@@ -2,9 +2,10 @@
 
 A name server, an ASYNC_MASTER and its slave (replication), a consumer group of two push
 consumers (one orderly: queue locks, one concurrent that fails some messages: retries and dead
-letters; both with a small local cache: flow-control pauses), a producer, a sidecar with an
-application consuming through it, and an ``orbitmq proxy`` with the official RocketMQ 5 client's
-SimpleConsumer receiving through it (broker POP: acks, an expiry, a dead letter): each server
+letters; both with a small local cache: flow-control pauses), a producer (timed messages too),
+a sidecar with an application consuming through it, and an ``orbitmq proxy`` with the official
+RocketMQ 5 client's SimpleConsumer receiving through it (broker POP: acks, an expiry, a dead
+letter): each server
 with its own ``/metrics`` port (the consumers' through ``start_metrics_server``), all scraped
 every second by one real Prometheus (jobs ``namesrv``, ``broker``, ``consumer``, ``sidecar``,
 ``proxy``).  After the traffic and a few scrapes:
@@ -258,6 +259,8 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
             for i in range(200):
                 tags = "fail" if i % 50 == 7 else "ok"
                 await producer.send(Message(TOPIC, f"order {i}".encode(), tags=tags, keys=[f"o{i}"]))
+            for i in range(5):  # through the broker's timer
+                await producer.send(Message(TOPIC, f"timed {i}".encode(), tags="ok", delay_ms=300 + 100 * i))
         with contextlib.suppress(RpcFailure, grpc.aio.AioRpcError):  # a lookup of a topic nobody created
             await admin.route("NoSuchTopic")
         await _intrude_on_locks(master, consumers["billing-orderly"])
