@@ -62,6 +62,8 @@ ACK_THREADS = 16
 INVISIBLE_S = 60
 """Longer than a drain takes, so no message comes back before its ack."""
 BACKLOG_QUEUES = 8
+STALL_S = 60
+"""A drain that makes no progress this long fails the run instead of hanging."""
 
 
 def _official() -> Any:
@@ -203,11 +205,16 @@ class _OfficialDrainer:
         acks: list[Any] = []
         received = acked = 0
         first: tuple[int, float] | None = None
+        progress = time.monotonic()
         while acked < total:
+            if time.monotonic() - progress > STALL_S:
+                raise RuntimeError(f"official consumer: nothing for {STALL_S} s ({acked}/{total} acked)")
             while received < total and len(receives) < RECEIVES_IN_FLIGHT:
                 receives.append(self._consumer.receive_async(RECEIVE_BATCH, INVISIBLE_S))
             if receives and (receives[0].done() or not acks):
                 messages = receives.pop(0).result()
+                if messages:
+                    progress = time.monotonic()
                 if first is None and messages:
                     first = (len(messages), time.perf_counter())
                 received += len(messages)
@@ -250,7 +257,10 @@ async def _orbitmq_drain(namesrv: str, topic: str, group: str, total: int) -> tu
     consumer.subscribe(topic)
     await consumer.start()
     try:
-        await done.wait()
+        try:
+            await asyncio.wait_for(done.wait(), STALL_S * 10)
+        except TimeoutError:
+            raise RuntimeError(f"orbitmq's push consumer got {seen} of {total} in {STALL_S * 10} s") from None
         finished = time.perf_counter()
     finally:
         await consumer.close()
