@@ -297,7 +297,10 @@ class Admin:
 
     async def consume_progress(self, group: str, topic: str | None = None) -> list[broker_pb2.QueueProgress]:
         """Broker offset, committed offset and lag of every queue ``group`` consumes (of ``topic``).
-        A group unknown to every broker asked is refused rather than shown with no lag."""
+        For a POP group (RocketMQ 5 clients through ``orbitmq proxy``) a queue comes with
+        ``pop`` set, the POP consume offset as its consumer offset and the in-flight, expired
+        and never-delivered figures of the broker's POP state. A group unknown to every broker
+        asked is refused rather than shown with no lag."""
         validate_group_name(group)
         if topic:
             targets = [address for _, address in await self._route_masters(topic)]

@@ -43,7 +43,7 @@ RELEASE_MS = 1_000
 """A gone client's messages become visible again this soon (RocketMQ's proxy: 1 s)."""
 MAX_HOLD_MS = 15 * 60_000
 """Longest a message is kept hidden for its client: orbitmq's consume timeout (15 min)."""
-TICK_S = 0.5
+TICK_S = 0.2
 """How often due renewals are looked for."""
 RPC_TIMEOUT_S = 5.0
 
@@ -129,7 +129,7 @@ class Renewals:
                 )
                 self._held.pop(handle, None)
                 self._counted("expired")
-            elif held.invisible_until_ms - now <= min(RENEW_AHEAD_MS, held.slice_ms // 3):
+            elif held.invisible_until_ms - now <= min(RENEW_AHEAD_MS, held.slice_ms // 2):
                 due.append((handle, held, False))
         if due:
             await asyncio.gather(*(self._renew(handle, held, release) for handle, held, release in due))

@@ -127,15 +127,19 @@ async def test_telemetry_tells_a_consumer_of_an_orderly_group_to_consume_fifo(
     cluster: V2Cluster, stub: service_pb2_grpc.MessagingServiceStub
 ) -> None:
     """A group configured consume_message_orderly comes back with subscription.fifo set (the
-    push consumer then keeps each message group in order); other groups without it."""
+    push consumer then keeps each message group in order) and a backoff of 1 s between its
+    local retries; other groups without it, with the delay levels from 10 s. Both get the
+    group's attempts (retry_max_times + 1) and a long polling timeout (without one the Python
+    push consumer would ask again at once, forever)."""
     await cluster.broker.stub.CreateSubscriptionGroup(
         broker_pb2.CreateSubscriptionGroupRequest(
             group=broker_pb2.SubscriptionGroupConfig(
-                group_name="v2-orderly", consume_enable=True, consume_message_orderly=True
+                group_name="v2-orderly", consume_enable=True, consume_message_orderly=True, retry_max_times=2
             )
         )
     )
     fifo = {}
+    backoff = {}
     for group in ("v2-orderly", "v2-plain"):
         call = stub.Telemetry(metadata=CLIENT)
         settings = d.Settings(
@@ -145,8 +149,12 @@ async def test_telemetry_tells_a_consumer_of_an_orderly_group_to_consume_fifo(
         reply = await asyncio.wait_for(call.read(), FAST_S)
         call.cancel()
         assert reply.status.code == d.OK
+        assert reply.settings.subscription.long_polling_timeout.seconds == 20
         fifo[group] = reply.settings.subscription.fifo
+        policy = reply.settings.backoff_policy
+        backoff[group] = (policy.max_attempts, policy.customized_backoff.next[0].seconds)
     assert fifo == {"v2-orderly": True, "v2-plain": False}
+    assert backoff == {"v2-orderly": (3, 1), "v2-plain": (17, 10)}
 
 
 async def test_telemetry_without_client_id_is_client_id_required(
