@@ -106,8 +106,12 @@ class GrpcServer:
         *,
         metrics_listen: str | None = None,
         registry: CollectorRegistry | None = None,
+        reflection_pool: Any = None,
     ) -> None:
+        """``reflection_pool``: where server reflection looks descriptors up (protobuf's default
+        pool when None; a service generated into a private pool passes one that finds it)."""
         self.name = name
+        self._reflection_pool = reflection_pool
         self._listen = listen
         split_host_port(listen)
         self._metrics_listen = metrics_listen
@@ -173,7 +177,7 @@ class GrpcServer:
         self._register(
             reflection.SERVICE_NAME,
             lambda s: reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-                reflection.aio.ReflectionServicer(services), s
+                reflection.aio.ReflectionServicer(services, pool=self._reflection_pool), s
             ),
         )
         if self._metrics_listen is not None:

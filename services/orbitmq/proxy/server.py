@@ -18,6 +18,7 @@ from orbitmq.common.server import GrpcServer
 from orbitmq.common.tasks import TaskSet
 from orbitmq.proxy.clients import ClientRegistry
 from orbitmq.proxy.metrics import ProxyMetrics
+from orbitmq.proxy.reflection import reflection_pool
 from orbitmq.proxy.servicer import MessagingService
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.proxy.transactions import Transactions
@@ -39,7 +40,12 @@ class Proxy:
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
-        self.grpc = GrpcServer("proxy", settings.listen, metrics_listen=settings.metrics_listen)
+        self.grpc = GrpcServer(
+            "proxy",
+            settings.listen,
+            metrics_listen=settings.metrics_listen,
+            reflection_pool=reflection_pool(),
+        )
         self.channels = Channels(settings.namesrv)
         self.clients = ClientRegistry()
         self.producer = Producer(
