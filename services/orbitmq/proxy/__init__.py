@@ -30,6 +30,8 @@ service inside the name server and the brokers ("local mode"). Why:
 Modules: :mod:`.convert` and :mod:`.routes` (pure translation), :mod:`.codes` (orbitmq failures
 as v2 codes), :mod:`.clients` (live v2 clients and their telemetry streams),
 :mod:`.transactions` (half messages, ends and check-backs), :mod:`.consumers` (receive, ack,
-invisibility, assignments over broker POP), :mod:`.servicer` (the RPCs),
+invisibility, assignments over broker POP), :mod:`.renewals` (push consumers' messages kept
+hidden while their client holds them), :mod:`.offsets` (pull consumers: offsets and pulls),
+:mod:`.reflection` (server reflection of the v2 service), :mod:`.servicer` (the RPCs),
 :mod:`.server` (the process).
 """

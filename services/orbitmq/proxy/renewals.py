@@ -46,6 +46,8 @@ MAX_HOLD_MS = 15 * 60_000
 TICK_S = 0.2
 """How often due renewals are looked for."""
 RPC_TIMEOUT_S = 5.0
+MAX_CONCURRENT = 64
+"""Renewal calls in flight at once: a burst of due messages does not flood the brokers."""
 
 BrokerCall = Callable[[str, str, Any, float], Awaitable[Any]]
 """``(broker name, method, request, timeout_s)`` → the reply of that broker group's master."""
@@ -84,6 +86,7 @@ class Renewals:
         self._clock = clock or SystemClock()
         self._counted = counted
         self._held: dict[str, Held] = {}
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -144,7 +147,8 @@ class Renewals:
             renew=True,
         )
         try:
-            reply = await self._call(held.broker_name, "ChangeInvisibleTime", request, RPC_TIMEOUT_S)
+            async with self._slots:
+                reply = await self._call(held.broker_name, "ChangeInvisibleTime", request, RPC_TIMEOUT_S)
         except (grpc.aio.AioRpcError, RpcFailure) as error:  # tried again at the next pass
             log.warning("renewing %s of group %s failed: %s", handle, held.group, error)
             return
