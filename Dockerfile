@@ -42,14 +42,16 @@ FROM python:3.11-slim-bookworm AS spark
 # Debian's headless Java 17 runtime; JAVA_HOME through a link without the architecture. Its
 # postinst links java.1.gz into /usr/share/man/man1, which slim images do not have (Debian
 # #863199): the directory is made first and stays empty. libnss-wrapper: the entrypoint gives
-# a uid without a passwd entry one (Java's user.home, Hadoop's user name).
+# a uid without a passwd entry one (Java's user.home, Hadoop's user name). ca-certificates-java
+# ran a JVM as root: its /tmp/hsperfdata_root goes.
 RUN mkdir -p /usr/share/man/man1 \
  && apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
     openjdk-17-jre-headless libnss-wrapper \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
- && /usr/lib/jvm/java-17/bin/java -version
+ && /usr/lib/jvm/java-17/bin/java -XX:-UsePerfData -version \
+ && rm -rf /tmp/hsperfdata_root
 COPY --from=spark-requirements /requirements.txt /tmp/requirements.txt
 # pip's pyspark is a whole Spark distribution (bin/spark-submit, jars, the Kubernetes resource
 # manager): SPARK_HOME is a link to it, wherever the base's Python keeps its packages.
@@ -57,9 +59,12 @@ RUN pip install --no-cache-dir -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt \
  && ln -s "$(python3 -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark \
  && test -x /opt/spark/bin/spark-submit
-# Only orbitmq's own wheel is new here (its dependencies are installed above).
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels 'orbitmq[spark]' \
+# Only orbitmq's own wheel is new here (its dependencies are installed above). Copied, not
+# bind-mounted with RUN --mount=from=build: buildah's layer cache does not look at a mount's
+# content, so a changed wheel would not be installed.
+COPY --from=build /wheels/orbitmq-*.whl /tmp/wheels/
+RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels 'orbitmq[spark]' \
+ && rm -rf /tmp/wheels \
  && useradd --uid 10001 --create-home --home-dir /home/spark --shell /usr/sbin/nologin spark \
  && mkdir -p /opt/orbitmq/work-dir \
  && chown 10001 /opt/orbitmq/work-dir
