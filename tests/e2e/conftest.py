@@ -36,7 +36,7 @@ from k8s_testbed_support import TESTBED, K8sCluster
 # Bounds for the fixture's own subprocesses (pytest-timeout does not cover them, see above).
 BUILD_TIMEOUT_S = 60 * 60
 # A cold image build: apt-get install, debootstrap, the Dockerfile's stages (~5 min on 2 cores;
-# the spark target's JDK and PySpark ~N min more).
+# the spark target adds its JDK and PySpark layers, ~2.5 min).
 IMAGE_BUILD_TIMEOUT_S = 30 * 60
 BUILD_IMAGE = Path(__file__).resolve().parents[2] / "scripts" / "build-image"
 UP_TIMEOUT_S = 300
@@ -205,23 +205,35 @@ def spark_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _build_image(tmp_path_factory, "spark")
 
 
-def import_image(k8s: K8sCluster, archive: str) -> None:
-    """``ctr images import`` of a docker-archive into the real node's containerd (there is no
-    registry: pods name the image with ``imagePullPolicy: Never``)."""
+def import_image(k8s: K8sCluster, summary: dict[str, Any]) -> str:
+    """``ctr images import`` of a build's docker-archive (``summary``: scripts/build-image's)
+    into the real node's containerd, where pods name it with ``imagePullPolicy: Never`` (there
+    is no registry); returns its reference."""
     ctr = shlex.split(k8s.info["real_node"]["ctr"])
+    started = time.monotonic()
     try:
         subprocess.run(
-            [*ctr, "images", "import", archive], check=True, capture_output=True, text=True, timeout=600
+            [*ctr, "images", "import", summary["output"]],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
     except subprocess.CalledProcessError as exc:
-        pytest.fail(f"ctr images import {archive} failed: {exc.stderr}", pytrace=False)
+        pytest.fail(f"ctr images import {summary['output']} failed: {exc.stderr}", pytrace=False)
+    print(f"\n{summary['reference']} imported into the real node in {time.monotonic() - started:.1f}s")
+    return str(summary["reference"])
+
+
+@pytest.fixture(scope="session")
+def orbitmq_image_on_node(k8s_real_node: K8sCluster, orbitmq_image: dict[str, Any]) -> str:
+    """``orbitmq_image`` imported into the real node's containerd once per session: its
+    reference (docker.io/library/orbitmq:dev)."""
+    return import_image(k8s_real_node, orbitmq_image)
 
 
 @pytest.fixture(scope="session")
 def spark_image_on_node(k8s_real_node: K8sCluster, spark_image: dict[str, Any]) -> str:
     """``spark_image`` imported into the real node's containerd once per session: its reference
-    (docker.io/library/orbitmq-spark:dev), for pods with ``imagePullPolicy: Never``."""
-    started = time.monotonic()
-    import_image(k8s_real_node, spark_image["output"])
-    print(f"\nspark image imported into the real node in {time.monotonic() - started:.1f}s")
-    return str(spark_image["reference"])
+    (docker.io/library/orbitmq-spark:dev)."""
+    return import_image(k8s_real_node, spark_image)
