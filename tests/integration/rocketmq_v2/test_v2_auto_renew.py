@@ -103,9 +103,13 @@ async def test_a_gone_clients_message_is_released_and_delivered_again(
     telemetry = await connect(stub, "leaver@1")
     (got,) = await receive(stub, "leaver@1")
     assert got.system_properties.delivery_attempt == 1
-    telemetry.cancel()  # the client goes away without acking
-    started = time.monotonic()
-    again = await receive(stub, "taker@1", poll_ms=10_000)
-    assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"held", 2)]
-    assert time.monotonic() - started < 4.0
-    assert await cluster.metric("orbitmq_proxy_invisibility_renewals_total", outcome="released") == 1
+    taker = await connect(stub, "taker@1")  # connected: what it gets is renewed, not released
+    try:
+        telemetry.cancel()  # the client goes away without acking
+        started = time.monotonic()
+        again = await receive(stub, "taker@1", poll_ms=10_000)
+        assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"held", 2)]
+        assert time.monotonic() - started < 4.0
+        assert await cluster.metric("orbitmq_proxy_invisibility_renewals_total", outcome="released") == 1
+    finally:
+        taker.cancel()
