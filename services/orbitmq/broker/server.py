@@ -163,7 +163,13 @@ class Broker:
             check_interval_ms=settings.transaction_check_interval_ms,
         )
         self.transactions.load()
-        self.pop = PopService(self.store, self._pop_put, self.clock, settings.broker_name)
+        self.pop = PopService(
+            self.store,
+            self._pop_put,
+            self.clock,
+            settings.broker_name,
+            snapshot_interval_ms=settings.pop_snapshot_limit_ms,
+        )
         self.timer = TimerService(self.store, self.clock, self.put, precision_ms=settings.timer_precision_ms)
         if not self.is_slave:  # a slave's POP and timer state is rebuilt when it is promoted
             await asyncio.to_thread(self.pop.load)
@@ -258,6 +264,7 @@ class Broker:
         self._master_tasks.spawn("schedule", self.schedule.run())
         self._master_tasks.spawn("timer", self.timer.run())
         self._master_tasks.spawn("transaction-check", self.transactions.run())
+        self._master_tasks.spawn("pop-snapshot", self.pop.run())
 
     def _start_replication(self) -> None:
         self.replication = ReplicationClient(self)

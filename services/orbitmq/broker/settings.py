@@ -88,6 +88,12 @@ class BrokerSettings(BaseModel):
     3 days); further is refused. Pending timers cost memory and a longer restart scan."""
     timer_precision_ms: int = Field(default=100, ge=1)
     """The timer loop sleeps until the next due time, an arriving timer, or this long at most."""
+    pop_snapshot_interval_ms: int = Field(default=600_000, ge=10)
+    """The longest time between snapshots of the POP state in ``RMQ_SYS_POP_LOG``, written also
+    when idle while any POP group has state. Retention deletes old commit-log segments whatever
+    they hold; a replay needs its last snapshot, so the interval used is at most half of
+    ``file_reserved_time_ms`` (see :attr:`pop_snapshot_limit_ms`). 10 min bounds a restart's
+    replay to that much POP traffic (or 10 000 records) at the cost of one snapshot record."""
     config_persist_interval_ms: int = Field(default=5_000, ge=10)
     grace_ms: int = Field(default=5_000, ge=0)
 
@@ -130,6 +136,13 @@ class BrokerSettings(BaseModel):
         than ``file_reserved_time_ms`` (retention deletes a commit-log segment older than that
         whatever still points into it, so a longer timer would find its message gone)."""
         return min(self.timer_max_delay_ms, self.file_reserved_time_ms)
+
+    @property
+    def pop_snapshot_limit_ms(self) -> int:
+        """The POP snapshot interval in use: ``pop_snapshot_interval_ms``, but at most half of
+        ``file_reserved_time_ms``, so the last snapshot is always newer than anything retention
+        deletes (a segment goes only once the segment after it is older than the retention)."""
+        return max(1, min(self.pop_snapshot_interval_ms, self.file_reserved_time_ms // 2))
 
     @property
     def namesrv_addrs(self) -> list[str]:

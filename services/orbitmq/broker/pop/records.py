@@ -53,8 +53,18 @@ def encode(record: Record) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
 
 
+SNAPSHOT_PREFIX = b'{"v":%d,"t":"N",' % VERSION
+"""How every snapshot body starts (:func:`encode_snapshot` writes the keys in this order), so
+:func:`is_snapshot` finds the last snapshot of the log without decoding the records after it."""
+
+
 def encode_snapshot(state: PopState) -> bytes:
     return json.dumps({"v": VERSION, "t": "N", "s": state.snapshot()}, separators=(",", ":")).encode()
+
+
+def is_snapshot(body: bytes) -> bool:
+    """Whether ``body`` is a snapshot record (a prefix test: no JSON decoding)."""
+    return body.startswith(SNAPSHOT_PREFIX)
 
 
 def decode(body: bytes) -> Record | PopState:

@@ -6,6 +6,14 @@ The broker (``Broker._start_pop``) calls :meth:`PopService.load` once the store 
 its records are stored (``put``, the broker's own, so SYNC_FLUSH and SYNC_MASTER apply): an
 acknowledged ack survives a crash; a delivery whose record was lost is simply delivered again.
 The state is changed *before* the put, so two concurrent pops never hand out the same offset.
+
+Snapshots and retention: commit-log retention deletes the oldest segments whatever they hold, so
+the replay needs a snapshot that retention has not reached. :meth:`run` (a master task) writes
+one whenever the last is older than ``snapshot_interval_ms`` (at most half the retention), also
+when no request comes, as long as any group has state; records after it are newer still. A
+restart or promotion finds the last snapshot by scanning the POP log backwards (a prefix test
+per record, no decoding) and replays only from there, so a restart reads at most
+``SNAPSHOT_EVERY`` records or ``snapshot_interval_ms`` of them.
 """
 
 from __future__ import annotations
@@ -40,6 +48,10 @@ DEAD_LETTER_CLAIM_MS = 10_000
 """A message on its way to the dead-letter topic stays invisible this long meanwhile."""
 SNAPSHOT_EVERY = 10_000
 """Records between snapshots: a restart replays at most about this many after the last one."""
+SNAPSHOT_INTERVAL_MS = 600_000
+"""Default age of the last snapshot that makes :meth:`PopService.run` write a new one."""
+SNAPSHOT_CHECKS_PER_INTERVAL = 4
+""":meth:`PopService.run` looks this often per interval: a snapshot is at most 1.25 intervals old."""
 
 
 class PopPersistError(RuntimeError):
@@ -61,15 +73,30 @@ class PopService:
     put: the broker's put (records and dead letters are stored through it).
     clock: time of invisibility deadlines.
     broker_name: named in receipt handles.
+    snapshot_interval_ms: the longest time between snapshots (default 10 min); the broker
+        passes at most half its retention, so retention never deletes the last snapshot.
     """
 
-    def __init__(self, store: MessageStore, put: Put, clock: Clock, broker_name: str) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        put: Put,
+        clock: Clock,
+        broker_name: str,
+        *,
+        snapshot_interval_ms: int = SNAPSHOT_INTERVAL_MS,
+    ) -> None:
+        if snapshot_interval_ms < 1:
+            raise ValueError(f"snapshot_interval_ms must be at least 1, not {snapshot_interval_ms}")
         self._store = store
         self._put = put
         self._clock = clock
         self._broker_name = broker_name
+        self._snapshot_interval_ms = snapshot_interval_ms
         self.state = PopState()
         self._since_snapshot = 0
+        self.snapshot_at_ms = 0
+        """Store time of the last snapshot written or replayed from (0: none)."""
         self._appended: dict[tuple[str, int], asyncio.Event] = {}
         self._next_queue: dict[tuple[str, str], int] = {}
         self.acks: Tally[tuple[str, str]] = Tally()
@@ -80,17 +107,55 @@ class PopService:
         """Messages moved to the dead-letter topic, by (group, topic)."""
 
     def load(self) -> int:
-        """Rebuild the state from the POP log (last snapshot on); returns the records read."""
+        """Rebuild the state from the POP log: the last snapshot and the records after it
+        (found scanning backwards, so older records are not read); returns the records read."""
         queue = self._store.consume_queue(POP_LOG_TOPIC, POP_LOG_QUEUE)
-        bodies = []
+        newest_first: list[bytes] = []
+        self.snapshot_at_ms = 0
         if queue is not None:
-            for offset in range(queue.min_offset, queue.max_offset):
+            for offset in range(queue.max_offset - 1, queue.min_offset - 1, -1):
                 unit = queue.unit_at(offset)
                 message = self._store.message_at(unit[0]) if unit else None
-                if message is not None:
-                    bodies.append(message.body)
+                if message is None:
+                    continue
+                newest_first.append(message.body)
+                if records.is_snapshot(message.body):
+                    self.snapshot_at_ms = message.store_timestamp_ms
+                    break
+        bodies = newest_first[::-1]
         self.state = records.replay(bodies)
+        self._since_snapshot = len(bodies) - (1 if self.snapshot_at_ms else 0)
+        log.info(
+            "POP state of %s: %d record(s) replayed, %s",
+            self._broker_name,
+            len(bodies),
+            "from a snapshot" if self.snapshot_at_ms else "no snapshot found",
+        )
         return len(bodies)
+
+    async def run(self) -> None:
+        """Write a snapshot whenever one is due (:meth:`snapshot_if_due`), a master task."""
+        period_s = self._snapshot_interval_ms / SNAPSHOT_CHECKS_PER_INTERVAL / 1000
+        while True:
+            try:
+                await self.snapshot_if_due()
+            except PopPersistError as error:
+                log.warning(
+                    "POP snapshot of %s not stored (%s); tried again in %.1f s",
+                    self._broker_name,
+                    error,
+                    period_s,
+                )
+            await asyncio.sleep(period_s)
+
+    async def snapshot_if_due(self) -> bool:
+        """Store a snapshot if the last one is older than the interval and any group has state
+        (also with no traffic: retention moves on regardless), so the replay's starting point
+        always outlives retention; returns whether one was stored."""
+        if self.state.is_empty or self._clock.now_ms() - self.snapshot_at_ms < self._snapshot_interval_ms:
+            return False
+        await self._persist([], snapshot=True)
+        return True
 
     def notify_append(self, topic: str, queue_id: int) -> None:
         """Messages were appended to the queue (the broker's dispatcher calls this, as it wakes
@@ -316,16 +381,19 @@ class PopService:
         self.dead_letters[key.group, key.topic] += 1
         return True
 
-    async def _persist(self, pending: Sequence[Record]) -> None:
-        if not pending:
+    async def _persist(self, pending: Sequence[Record], *, snapshot: bool = False) -> None:
+        if not pending and not snapshot:
             return
         bodies = [records.encode(r) for r in pending]
         self._since_snapshot += len(bodies)
-        if self._since_snapshot >= SNAPSHOT_EVERY:
+        if snapshot or self._since_snapshot >= SNAPSHOT_EVERY:
             bodies.append(records.encode_snapshot(self.state))
             self._since_snapshot = 0
+            snapshot, self.snapshot_at_ms = True, self._clock.now_ms()
         result = await self._put(
             [InboundMessage(topic=POP_LOG_TOPIC, body=b, queue_id=POP_LOG_QUEUE) for b in bodies]
         )
         if not result.status.stored:
+            if snapshot:
+                self.snapshot_at_ms = 0  # the next look of :meth:`run` tries again
             raise PopPersistError(f"{len(bodies)} POP records not stored: {result.reason}")

@@ -357,12 +357,18 @@ class PopState:
         return min(lease.invisible_until_ms for lease in state.in_flight.values())
 
     def in_flight_by_topic(self) -> dict[tuple[str, str], int]:
-        """Messages in flight per (group, topic), for metrics and admin."""
+        """Messages in flight per (group, topic), for metrics and admin: every (group, topic)
+        the state knows, 0 when nothing is in flight (a gauge that vanished at 0 would stop a
+        graph's line and leave an alert nothing to compare)."""
         counts: dict[tuple[str, str], int] = {}
         for key, state in self._queues.items():
-            if state.in_flight:
-                counts[key.group, key.topic] = counts.get((key.group, key.topic), 0) + len(state.in_flight)
+            counts[key.group, key.topic] = counts.get((key.group, key.topic), 0) + len(state.in_flight)
         return counts
+
+    @property
+    def is_empty(self) -> bool:
+        """No group has popped anything: nothing a snapshot would need to keep."""
+        return not self._queues
 
     def summary(self, key: PopKey, now_ms: int) -> QueueSummary | None:
         """What ``orbitmq admin group progress`` shows of a POP queue (None: never popped)."""
