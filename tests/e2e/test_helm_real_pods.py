@@ -2,7 +2,7 @@
 ``helm upgrade`` → ``helm test`` → ``helm uninstall`` leaving no orphans.
 
 On the test bed's real node (root on Linux by default, see conftest.py), with the repository's
-own image: the Dockerfile built by ``scripts/build-image`` (the session's ``orbitmq_image``) is
+own image: the Dockerfile built by ``scripts/build-image`` (the session's ``orbitmq_image_on_node``) is
 imported into the node's containerd, and every pod of the release runs it: the operator (in
 cluster, under the chart's ServiceAccount and least-privilege Role), the name server, the
 master and slave brokers the operator makes from ``cluster.spec``, and the ``helm test`` pod,
@@ -29,8 +29,6 @@ What each step shows:
 
 from __future__ import annotations
 
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,12 +52,6 @@ CLUSTER = "mq"
 # Namespaced kinds a release may leave behind; Events and the API server's own objects aside.
 IGNORED_KINDS = {"events", "events.events.k8s.io", "leases.coordination.k8s.io"}
 ALWAYS_THERE = {("configmaps", "kube-root-ca.crt"), ("serviceaccounts", "default")}
-
-
-def import_image(k8s: K8sCluster, archive: str) -> None:
-    """``ctr images import`` into the real node's containerd (there is no registry)."""
-    ctr = shlex.split(k8s.info["real_node"]["ctr"])
-    subprocess.run([*ctr, "images", "import", archive], check=True, capture_output=True, timeout=180)
 
 
 def values(k8s: K8sCluster, namespace: str, reference: str, **changes: Any) -> dict[str, Any]:
@@ -165,14 +157,13 @@ def leftovers(k8s: K8sCluster, namespace: str) -> list[str]:
 
 
 def test_install_test_upgrade_uninstall_on_real_pods(
-    k8s_real_node: K8sCluster, orbitmq_image: dict[str, Any], tmp_path: Path
+    k8s_real_node: K8sCluster, orbitmq_image_on_node: str, tmp_path: Path
 ) -> None:
     k8s = k8s_real_node
     install_crds(k8s)  # what Helm does with crds/ on a first install; the same files (checked)
-    import_image(k8s, orbitmq_image["output"])
     ns = create_namespace(k8s, "e2e-helm")
     host_volumes(k8s, ns, CLUSTER, groups=1, replicas=2, root=tmp_path / "volumes")
-    reference = orbitmq_image["reference"]
+    reference = orbitmq_image_on_node
     try:
         started = time.monotonic()
         helm_with_values(
