@@ -9,7 +9,9 @@ topic on their way goes at once (a lone send waits for nothing: its latency is u
 otherwise it waits for the next batch, which takes everything queued meanwhile (up to
 ``max_messages`` messages and ``max_bytes`` of bodies). Each message still gets its own
 result: the batch's queue and status, and its own offset in the queue (a batch is stored
-contiguously). A batch that fails fails every send in it, as each would have failed alone.
+contiguously). A batch that fails fails every send in it, as each would have failed alone. A
+send that waited for a batch is under the producer's own send timeout, not its caller's
+deadline (a lone send keeps the caller's).
 
 Only NORMAL messages with no delay are coalesced; FIFO (queue by message group), delayed and
 transactional sends go on their own.
@@ -28,6 +30,8 @@ from orbitmq.common.topics import Property
 MAX_MESSAGES = 128
 MAX_BYTES = 1024 * 1024
 MAX_IN_FLIGHT = 1
+"""One batch per topic on its way: with 2, the official client's 16 sends in flight still went
+to the broker almost one by one (1.07 messages per call; with 1, 1.5 to 2.3)."""
 
 
 Waiting = tuple[Message, "asyncio.Future[SendResult]"]
@@ -120,13 +124,15 @@ class SendCoalescer:
                     result = await self._producer.send(messages[0])
                 else:
                     result = await self._producer.send_batch(messages)
-            except BaseException as error:  # each send fails as it would have alone
+            except Exception as error:  # each send fails as it would have alone
                 for _, done in batch:
                     if not done.done():
                         done.set_exception(error)
-                if not isinstance(error, Exception):
-                    raise
                 return
+            except BaseException:  # cancelled (the proxy is closing): so are the sends
+                for _, done in batch:
+                    done.cancel()
+                raise
             self.batches += 1
             self.messages += len(batch)
             for i, (message, done) in enumerate(batch):
