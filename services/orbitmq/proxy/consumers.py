@@ -4,21 +4,29 @@ ChangeInvisibleTime): receive, ack, change of invisibility, assignments.
 The proxy keeps no consumer state (see :mod:`orbitmq.proxy`): in-flight messages, attempts and
 leases live in the broker (:mod:`orbitmq.broker.pop`). A receipt handle names its broker group
 (``<broker name>:<queue>:<offset>:<lease>``), so an ack reaches the broker that handed the
-message out, at whichever address is its master now. As RocketMQ's proxy does, a receive pops
+message out, at whichever address is its master now. Acks, changes of invisibility,
+dead-letterings and renewals ride out a switchover or failover of that group as orbitmq's sends
+do (:mod:`orbitmq.client.retry`): the POP state is replicated, so the new master accepts the
+same handle, and until it answers the call is tried again on the master looked up again, within
+``FAILOVER_BUDGET_MS`` and the client's own deadline. As RocketMQ's proxy does, a receive pops
 from *every* queue of the named broker (the queue id a client picked only chooses the broker):
 a simple consumer then never waits on an empty queue while another holds messages.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from orbitmq.broker.pop.handles import InvalidReceiptHandle, ReceiptHandle
 from orbitmq.client.channels import Channels
+from orbitmq.client.retry import SendRetryPolicy
 from orbitmq.common.names import InvalidNameError, validate_group_name
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import Property
@@ -30,6 +38,8 @@ from orbitmq.rocketmq_v2 import service_pb2 as pb
 from orbitmq.store.record import StoredMessage, decode
 from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 32
 """RocketMQ's proxy limit on one receive's batch size."""
@@ -53,6 +63,38 @@ _ACK_STATUS = {
     ),
 }
 _MASTER_MOVED = (ErrorReason.SLAVE_READ_ONLY, ErrorReason.SERVICE_NOT_AVAILABLE)
+FAILOVER_BUDGET_MS = 10_000
+"""How long an ack, a change of invisibility, a dead-lettering or a renewal keeps trying a broker
+group whose master is changing: a send's budget (``SendRetryPolicy.send_timeout_ms``), longer
+than a switchover (about a second) and a failover (the supervisor's 3 s). A client's earlier
+deadline cuts it short."""
+DEADLINE_MARGIN_S = 0.3
+"""Kept back from the client's deadline: the answer must reach the client before it gives up."""
+
+
+def master_moved(error: BaseException) -> bool:
+    """Whether a call failed because the broker group has no reachable master just now, and
+    nothing was done: the broker called is a slave now (``SLAVE_READ_ONLY``), none is
+    registered or it is shutting down (``SERVICE_NOT_AVAILABLE``), or it cannot be reached
+    (``UNAVAILABLE``). A ``DEADLINE_EXCEEDED`` is not among them: the broker may have applied
+    the call, and a change of invisibility applied twice would find its own new lease stale."""
+    if isinstance(error, RpcFailure):
+        return error.reason in _MASTER_MOVED
+    if isinstance(error, grpc.aio.AioRpcError):
+        failure = failure_of(error)
+        if failure is not None:
+            return failure.reason in _MASTER_MOVED
+        return error.code() is grpc.StatusCode.UNAVAILABLE
+    return False
+
+
+def failover_budget_s(time_remaining_s: float | None) -> float:
+    """The time an ack-like call may spend riding out a change of master: the budget, or less
+    when the client's deadline (``time_remaining_s``, None: none) comes sooner."""
+    budget = FAILOVER_BUDGET_MS / 1000
+    if time_remaining_s is not None:
+        budget = min(budget, time_remaining_s - DEADLINE_MARGIN_S)
+    return max(0.0, budget)
 
 
 def group_of(resource: v2.Resource) -> str:
@@ -81,9 +123,10 @@ class Masters:
     """Broker name → its master's address, from the name servers; looked up again when a call
     fails because the broker there is no longer master (a failover)."""
 
-    def __init__(self, channels: Channels) -> None:
+    def __init__(self, channels: Channels, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._channels = channels
         self._masters: dict[str, str] = {}
+        self._sleep = sleep
 
     @property
     def names(self) -> list[str]:
@@ -122,6 +165,44 @@ class Masters:
                     raise
         raise AssertionError("unreachable")
 
+    async def call_through_failover(
+        self, broker_name: str, method: str, request: Any, timeout_s: float, budget_s: float | None = None
+    ) -> Any:
+        """``Broker.<method>(request)`` on the master of ``broker_name``, tried again on the
+        master looked up again while :func:`master_moved` says the group is changing masters,
+        for at most ``budget_s`` (default ``FAILOVER_BUDGET_MS``), paced as a send's retries;
+        one attempt waits at most ``timeout_s``. Raises the last failure when the budget is
+        spent or the failure is of another kind."""
+        budget_ms = max(1, int(1000 * (FAILOVER_BUDGET_MS / 1000 if budget_s is None else budget_s)))
+        policy = SendRetryPolicy(send_timeout_ms=budget_ms, attempt_timeout_ms=max(1, int(timeout_s * 1000)))
+        started = time.monotonic()
+        retry = 0
+        while True:
+            try:
+                return await self.call(
+                    broker_name,
+                    method,
+                    request,
+                    policy.attempt_timeout_s(1000 * (time.monotonic() - started)),
+                )
+            except (grpc.aio.AioRpcError, RpcFailure) as error:
+                if not master_moved(error):
+                    raise
+                retry += 1
+                pause_ms = policy.pause_ms(retry, 1000 * (time.monotonic() - started), random.random())
+                if pause_ms is None:
+                    raise
+                log.info(
+                    "%s on broker %s: no master answers (%s); retry %d in %.0f ms",
+                    method,
+                    broker_name,
+                    error,
+                    retry,
+                    pause_ms,
+                )
+                await self._sleep(pause_ms / 1000)
+                self._masters.pop(broker_name, None)  # looked up again by the next attempt
+
 
 class Consumers:
     """Args:
@@ -140,7 +221,7 @@ class Consumers:
         counted: Callable[[str], None] = lambda outcome: None,
     ) -> None:
         self.masters = Masters(channels)
-        self.renewals = Renewals(self.masters.call, client_alive, counted=counted)
+        self.renewals = Renewals(self.masters.call_through_failover, client_alive, counted=counted)
         self._channels = channels
         self._default_invisible_ms = default_invisible_ms
 
@@ -221,7 +302,12 @@ class Consumers:
                 )
         return frames
 
-    async def ack(self, request: pb.AckMessageRequest) -> pb.AckMessageResponse:
+    async def ack(
+        self, request: pb.AckMessageRequest, time_remaining_s: float | None = None
+    ) -> pb.AckMessageResponse:
+        """Ack every entry on its broker group's master (riding out a change of master within
+        the client's deadline, ``time_remaining_s``); each entry has its own status."""
+        deadline = time.monotonic() + failover_budget_s(time_remaining_s)
         group = group_of(request.group)
         topic = convert.topic_of(request.topic)
         if not request.entries:
@@ -231,13 +317,14 @@ class Consumers:
             self.renewals.forget(entry.receipt_handle)
             try:
                 receipt = receipt_of(entry.receipt_handle)
-                reply = await self.masters.call(
+                reply = await self.masters.call_through_failover(
                     receipt.broker_name,
                     "AckMessage",
                     broker_pb2.AckMessageRequest(
                         consumer_group=group, topic=topic, receipt_handle=entry.receipt_handle
                     ),
                     RPC_SLACK_S,
+                    max(0.0, deadline - time.monotonic()),
                 )
                 status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
             except Exception as error:  # one entry's failure is its own status, not the call's
@@ -257,8 +344,9 @@ class Consumers:
         return pb.AckMessageResponse(status=overall, entries=entries)
 
     async def change_invisible(
-        self, request: pb.ChangeInvisibleDurationRequest
+        self, request: pb.ChangeInvisibleDurationRequest, time_remaining_s: float | None = None
     ) -> pb.ChangeInvisibleDurationResponse:
+        """On the handle's broker group's master, riding out a change of master (see :meth:`ack`)."""
         group = group_of(request.group)
         topic = convert.topic_of(request.topic)
         receipt = receipt_of(request.receipt_handle)
@@ -266,7 +354,7 @@ class Consumers:
         invisible_ms = duration_ms(
             request.invisible_duration, "invisible_duration", v2.ILLEGAL_INVISIBLE_TIME, MAX_INVISIBLE_MS
         )
-        reply = await self.masters.call(
+        reply = await self.masters.call_through_failover(
             receipt.broker_name,
             "ChangeInvisibleTime",
             broker_pb2.ChangeInvisibleTimeRequest(
@@ -276,6 +364,7 @@ class Consumers:
                 invisible_time_ms=invisible_ms,
             ),
             RPC_SLACK_S,
+            failover_budget_s(time_remaining_s),
         )
         status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
         return pb.ChangeInvisibleDurationResponse(status=status, receipt_handle=reply.receipt_handle)
@@ -295,7 +384,7 @@ class Consumers:
         return None
 
     async def forward_dead_letter(
-        self, request: pb.ForwardMessageToDeadLetterQueueRequest
+        self, request: pb.ForwardMessageToDeadLetterQueueRequest, time_remaining_s: float | None = None
     ) -> pb.ForwardMessageToDeadLetterQueueResponse:
         """The client gave up on a message (a push consumer past its maximum attempts): the
         broker moves it to the group's dead-letter topic, ``%DLQ%<group>``, now."""
@@ -303,13 +392,14 @@ class Consumers:
         topic = convert.topic_of(request.topic)
         receipt = receipt_of(request.receipt_handle)
         self.renewals.forget(request.receipt_handle)
-        reply = await self.masters.call(
+        reply = await self.masters.call_through_failover(
             receipt.broker_name,
             "ForwardToDeadLetter",
             broker_pb2.ForwardToDeadLetterRequest(
                 consumer_group=group, topic=topic, receipt_handle=request.receipt_handle
             ),
             RPC_SLACK_S,
+            failover_budget_s(time_remaining_s),
         )
         status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status)

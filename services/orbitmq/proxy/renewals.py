@@ -68,7 +68,9 @@ class Held:
 
 class Renewals:
     """Args:
-    call: reaches a broker group's master (:meth:`orbitmq.proxy.consumers.Masters.call`).
+    call: reaches a broker group's master, riding out a change of master
+        (:meth:`orbitmq.proxy.consumers.Masters.call_through_failover`): a renewal due during a
+        switchover reaches the new master, which holds the same delivery.
     client_alive: whether a client id is still connected (its telemetry stream is open).
     clock: wall-clock milliseconds, the broker's unit for invisibility deadlines.
     counted: told each outcome (``renewed``, ``released``, ``expired``, ``done``), for metrics.

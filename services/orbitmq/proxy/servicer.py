@@ -374,19 +374,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @answers(pb.AckMessageResponse)
     async def AckMessage(self, request: pb.AckMessageRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self.consumers.ack(request)
+        return await self.consumers.ack(request, context.time_remaining())
 
     @answers(pb.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(
         self, request: pb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.consumers.change_invisible(request)
+        return await self.consumers.change_invisible(request, context.time_remaining())
 
     @answers(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.consumers.forward_dead_letter(request)
+        return await self.consumers.forward_dead_letter(request, context.time_remaining())
 
     # -- offset-based consumers (see orbitmq.proxy.offsets) --------------------------------------
 
