@@ -259,8 +259,10 @@ def _disk_gauges(directory: Path, broker: str) -> Iterator[GaugeMetricFamily]:
 
 class PopCollector(Collector):
     """POP consumption figures (see :mod:`orbitmq.broker.pop`), read from the broker's
-    :class:`~orbitmq.broker.pop.service.PopService` when scraped: messages in flight now, and
-    acks, revives (expired messages delivered again) and dead letters since the start."""
+    :class:`~orbitmq.broker.pop.service.PopService` when scraped: messages in flight now (0 for
+    every group and topic the POP state knows: a series that vanished at 0 would stop a graph's
+    line and give an alert nothing to compare), and acks, revives (expired messages delivered
+    again) and dead letters since the start."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker

@@ -11,6 +11,9 @@ from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
 from orbitmq.store.config import GIB, MIB, BrokerRole, FlushMode, StoreConfig
 
 ENV_PREFIX = "ORBITMQ_BROKER_"
+MIN_POP_SNAPSHOT_INTERVAL_MS = 100
+"""Floor of the POP snapshot interval: a test's retention of a few ms must not turn the snapshot
+loop into a busy one (below 200 ms of retention the last snapshot may then go)."""
 
 
 def parse_namesrv(value: str) -> list[str]:
@@ -88,7 +91,7 @@ class BrokerSettings(BaseModel):
     3 days); further is refused. Pending timers cost memory and a longer restart scan."""
     timer_precision_ms: int = Field(default=100, ge=1)
     """The timer loop sleeps until the next due time, an arriving timer, or this long at most."""
-    pop_snapshot_interval_ms: int = Field(default=600_000, ge=10)
+    pop_snapshot_interval_ms: int = Field(default=600_000, ge=MIN_POP_SNAPSHOT_INTERVAL_MS)
     """The longest time between snapshots of the POP state in ``RMQ_SYS_POP_LOG``, written also
     when idle while any POP group has state. Retention deletes old commit-log segments whatever
     they hold; a replay needs its last snapshot, so the interval used is at most half of
@@ -142,7 +145,9 @@ class BrokerSettings(BaseModel):
         """The POP snapshot interval in use: ``pop_snapshot_interval_ms``, but at most half of
         ``file_reserved_time_ms``, so the last snapshot is always newer than anything retention
         deletes (a segment goes only once the segment after it is older than the retention)."""
-        return max(1, min(self.pop_snapshot_interval_ms, self.file_reserved_time_ms // 2))
+        return max(
+            MIN_POP_SNAPSHOT_INTERVAL_MS, min(self.pop_snapshot_interval_ms, self.file_reserved_time_ms // 2)
+        )
 
     @property
     def namesrv_addrs(self) -> list[str]:
