@@ -1,7 +1,15 @@
-"""Start real brokers on free ports for tests (imported by several test directories)."""
+"""Start real brokers on free ports for tests (imported by several test directories): in the
+test's event loop (:func:`start_broker`) or as an ``orbitmq broker`` child process to SIGKILL
+(:func:`broker_process`)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,3 +51,55 @@ async def start_broker(data_dir: Path, **overrides: Any) -> RunningBroker:
 async def stop_broker(running: RunningBroker) -> None:
     await running.channel.close()
     await running.broker.close()
+
+
+@asynccontextmanager
+async def broker_process(
+    data_dir: Path,
+    name: str,
+    *,
+    segment_bytes: int = 16 * 1024 * 1024,
+    settings: dict[str, Any] | None = None,
+    graceful_stop: bool = False,
+) -> AsyncIterator[tuple[broker_pb2_grpc.BrokerStub, str, asyncio.subprocess.Process]]:
+    """``orbitmq broker`` on free ports (and a free metrics port) as a child process: yields a
+    stub, its metrics URL and the process (SIGKILL it to crash it). ``settings`` go in as the
+    broker's ``ORBITMQ_BROKER_<NAME>`` environment, as an operator's pod would set them.
+
+    At the end a process still running is killed, or with ``graceful_stop`` sent SIGTERM and
+    required to exit 0 (its standard error is the failure's message)."""
+    env = {**os.environ, **{f"ORBITMQ_BROKER_{k.upper()}": str(v) for k, v in (settings or {}).items()}}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "orbitmq.cli.main",
+        "broker",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--broker-name",
+        name,
+        "--data-dir",
+        str(data_dir),
+        "--segment-bytes",
+        str(segment_bytes),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE if graceful_stop else asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        assert line.startswith(f"broker {name} listening on "), line
+        words = line.split()
+        async with grpc.aio.insecure_channel(words[4]) as channel:
+            yield broker_pb2_grpc.BrokerStub(channel), words[6], process
+        if graceful_stop and process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(process.communicate(), 30)
+            assert process.returncode == 0, stderr.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()

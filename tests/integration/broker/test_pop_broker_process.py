@@ -5,16 +5,13 @@ the process (acked messages stay acked, in-flight ones are neither lost nor dupl
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
 import pytest
+from brokerkit import broker_process
 from prometheus_client.parser import text_string_to_metric_families
 
 from orbitmq.store.record import decode
@@ -25,44 +22,6 @@ pytestmark = pytest.mark.timeout(90)
 TOPIC = "PopTopic"
 GROUP = "pop-group"
 HOUR_MS = 3_600_000
-
-
-@asynccontextmanager
-async def broker_process(data_dir: Path) -> AsyncIterator[tuple[broker_pb2_grpc.BrokerStub, str]]:
-    """``orbitmq broker`` on free ports; yields a stub and its metrics URL; SIGTERM at the end."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "orbitmq.cli.main",
-        "broker",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--broker-name",
-        "pop-broker",
-        "--data-dir",
-        str(data_dir),
-        "--segment-bytes",
-        str(16 * 1024 * 1024),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert process.stdout is not None
-        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-        assert line.startswith("broker pop-broker listening on "), line
-        words = line.split()
-        address, metrics_url = words[4], words[6]
-        async with grpc.aio.insecure_channel(address) as channel:
-            yield broker_pb2_grpc.BrokerStub(channel), metrics_url
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), 30)
-        assert process.returncode == 0, stderr.decode()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def send(stub: broker_pb2_grpc.BrokerStub, body: bytes) -> None:
@@ -129,7 +88,7 @@ def pop_metric(samples: dict, name: str) -> float:
 
 async def test_pop_ack_expiry_long_poll_metrics_and_restart(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    async with broker_process(data) as (stub, metrics_url):
+    async with broker_process(data, "pop-broker", graceful_stop=True) as (stub, metrics_url, _):
         await stub.CreateTopic(
             broker_pb2.CreateTopicRequest(
                 topic=common_pb2.TopicConfig(topic_name=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6)
@@ -181,7 +140,7 @@ async def test_pop_ack_expiry_long_poll_metrics_and_restart(tmp_path: Path) -> N
             await pop(stub, invisible_ms=0)
         assert "invisible_time_ms 0" in (bad.value.details() or "")
 
-    async with broker_process(data) as (stub, metrics_url):
+    async with broker_process(data, "pop-broker", graceful_stop=True) as (stub, metrics_url, _):
         assert await pop(stub) == []  # m1, m2, m4 acked; m3 still invisible for an hour
         # m3's handle from before the restart is still valid: make it visible at once.
         changed = await hide(stub, handles[b"m3"], 50)

@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import grpc
 import pytest
+from brokerkit import broker_process
 from prometheus_client.parser import text_string_to_metric_families
 
 from orbitmq.store.record import decode
@@ -33,47 +30,8 @@ BROKER = "pop-retention-broker"
 HOUR_MS = 3_600_000
 RETENTION_MS = 4_000
 FIRST_SEGMENT = "0" * 20
-
-
-@asynccontextmanager
-async def broker_process(data_dir: Path) -> AsyncIterator[tuple[broker_pb2_grpc.BrokerStub, str, int]]:
-    """``orbitmq broker`` with 64 KiB segments and a 4 s retention; yields a stub, its metrics URL
-    and its pid; killed at the end if the test did not kill it."""
-    env = {
-        **os.environ,
-        "ORBITMQ_BROKER_FILE_RESERVED_TIME_MS": str(RETENTION_MS),
-        "ORBITMQ_BROKER_MAX_MESSAGE_BYTES": str(32 * 1024),
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "orbitmq.cli.main",
-        "broker",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--broker-name",
-        BROKER,
-        "--data-dir",
-        str(data_dir),
-        "--segment-bytes",
-        str(64 * 1024),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        assert process.stdout is not None
-        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-        assert line.startswith(f"broker {BROKER} listening on "), line
-        words = line.split()
-        async with grpc.aio.insecure_channel(words[4]) as channel:
-            yield broker_pb2_grpc.BrokerStub(channel), words[6], process.pid
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
+SETTINGS = {"file_reserved_time_ms": RETENTION_MS, "max_message_bytes": 32 * 1024}
+"""64 KiB segments (below) and a 4 s retention."""
 
 
 async def send(stub: broker_pb2_grpc.BrokerStub, topic: str, body: bytes) -> None:
@@ -132,7 +90,7 @@ def in_flight_gauge(url: str) -> float | None:
 
 async def test_pop_state_survives_retention_of_its_records_and_a_kill(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    async with broker_process(data) as (stub, _, pid):
+    async with broker_process(data, BROKER, segment_bytes=64 * 1024, settings=SETTINGS) as (stub, _, process):
         for topic in (TOPIC, FILLER):
             await stub.CreateTopic(
                 broker_pb2.CreateTopicRequest(
@@ -162,9 +120,13 @@ async def test_pop_state_survives_retention_of_its_records_and_a_kill(tmp_path: 
         for _, _, handle in second[:5]:
             await ack(stub, handle)
         assert await progress(stub) == (15, 5, 0)
-        os.kill(pid, signal.SIGKILL)
+        os.kill(process.pid, signal.SIGKILL)
 
-    async with broker_process(data) as (stub, metrics_url, _):
+    async with broker_process(data, BROKER, segment_bytes=64 * 1024, settings=SETTINGS) as (
+        stub,
+        metrics_url,
+        _,
+    ):
         assert await progress(stub) == (15, 5, 0)  # m0..m14 done, m15..m19 in flight
         assert await pop(stub, HOUR_MS) == []  # still invisible: nothing from the beginning
         back = await pop(stub, HOUR_MS, poll_ms=15_000)

@@ -5,18 +5,14 @@ its topic exactly once (the timer log names what was delivered), and the metrics
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import grpc
 import pytest
+from brokerkit import broker_process
 from prometheus_client.parser import text_string_to_metric_families
 
 from orbitmq.store.record import StoredMessage, decode
@@ -26,50 +22,13 @@ pytestmark = pytest.mark.timeout(90)
 
 TOPIC = "TimedRestart"
 NAME = "timer-broker"
+SETTINGS = {
+    "timer_precision_ms": 50,
+    # the topic's config is written every interval: a new topic must be on disk before the kill
+    "config_persist_interval_ms": 100,
+}
 COUNT = 1_200
 SPREAD_MS = 3_000
-
-
-@asynccontextmanager
-async def broker_process(
-    data_dir: Path,
-) -> AsyncIterator[tuple[broker_pb2_grpc.BrokerStub, str, asyncio.subprocess.Process]]:
-    """``orbitmq broker`` on free ports: a stub, its metrics URL and the process (SIGKILL it to crash it)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "orbitmq.cli.main",
-        "broker",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--broker-name",
-        NAME,
-        "--data-dir",
-        str(data_dir),
-        "--segment-bytes",
-        str(16 * 1024 * 1024),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={
-            **os.environ,
-            "ORBITMQ_BROKER_TIMER_PRECISION_MS": "50",
-            # the topic's config is written every interval: a new topic must be on disk before the kill
-            "ORBITMQ_BROKER_CONFIG_PERSIST_INTERVAL_MS": "100",
-        },
-    )
-    try:
-        assert process.stdout is not None
-        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-        assert line.startswith(f"broker {NAME} listening on "), line
-        words = line.split()
-        async with grpc.aio.insecure_channel(words[4]) as channel:
-            yield broker_pb2_grpc.BrokerStub(channel), words[6], process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def read_all(stub: broker_pb2_grpc.BrokerStub) -> list[StoredMessage]:
@@ -103,7 +62,7 @@ def timer_samples(url: str) -> dict[str, float]:
 
 async def test_sigkill_while_delivering_loses_no_timer_and_delivers_none_twice(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    async with broker_process(data) as (stub, _, process):
+    async with broker_process(data, NAME, settings=SETTINGS) as (stub, _, process):
         await stub.CreateTopic(
             broker_pb2.CreateTopicRequest(
                 topic=common_pb2.TopicConfig(topic_name=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)
@@ -135,7 +94,7 @@ async def test_sigkill_while_delivering_loses_no_timer_and_delivers_none_twice(t
     assert 0 < len(before) < COUNT, len(before)
     assert len(set(m.body for m in before)) == len(before)
 
-    async with broker_process(data) as (stub, metrics_url, process):
+    async with broker_process(data, NAME, settings=SETTINGS) as (stub, metrics_url, process):
         deadline = time.monotonic() + 20
         while len({m.body for m in await read_all(stub)}) < COUNT and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)

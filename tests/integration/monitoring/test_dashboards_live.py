@@ -270,7 +270,7 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
             30,
             lambda: f"no dead letters yet ({traffic.failed} failed listener calls)",
         )
-        await asyncio.wait_for(pop, 60)  # before the switchover: its acks would meet a slave
+        await asyncio.wait_for(pop, 60)  # its dead letter, before the switchover below
         # Mastership to the slave and back: the brokers' role changes (promoted, demoted).
         group = BrokerGroupFailover(
             [GroupMember("a-master", master.broker.address), GroupMember("a-slave", slave.broker.address)],
