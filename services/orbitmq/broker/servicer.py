@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from orbitmq.broker.ha import HaServicer
-from orbitmq.broker.pop.handles import InvalidReceiptHandle
+from orbitmq.broker.pop.handles import MAX_ACKS_PER_CALL, InvalidReceiptHandle
 from orbitmq.broker.pop.service import PopPersistError
 from orbitmq.broker.pop.state import AckOutcome, PopKey
 from orbitmq.broker.reput import detour
@@ -539,10 +539,20 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
     async def AckMessage(self, request: broker_pb2.AckMessageRequest, context):
         self._writable()
         validate_group_name(request.consumer_group)
-        outcome = await self._pop_call(
-            self.b.pop.ack(request.consumer_group, request.topic, request.receipt_handle)
-        )
-        return broker_pb2.AckMessageResponse(result=_ACK_RESULT[outcome])
+        if not request.receipt_handles:
+            outcome = await self._pop_call(
+                self.b.pop.ack(request.consumer_group, request.topic, request.receipt_handle)
+            )
+            return broker_pb2.AckMessageResponse(result=_ACK_RESULT[outcome])
+        handles = [*([request.receipt_handle] if request.receipt_handle else []), *request.receipt_handles]
+        if len(handles) > MAX_ACKS_PER_CALL:
+            raise RpcFailure(
+                ErrorReason.INVALID_ARGUMENT,
+                f"an ack names {len(handles)} receipt handles; at most {MAX_ACKS_PER_CALL} per call",
+            )
+        outcomes = await self._pop_call(self.b.pop.ack_many(request.consumer_group, request.topic, handles))
+        results = [_ACK_RESULT[o] for o in outcomes]
+        return broker_pb2.AckMessageResponse(result=results[0], results=results)
 
     async def ChangeInvisibleTime(self, request: broker_pb2.ChangeInvisibleTimeRequest, context):
         self._writable()

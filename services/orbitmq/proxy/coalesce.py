@@ -1,27 +1,31 @@
-"""Normal sends that arrive while earlier ones of their topic are on their way go to the
-broker together, as one batch.
+"""Calls that arrive while earlier ones of their kind are on their way go to the broker
+together, as one: sends of a topic, acks of a (broker, group, topic).
 
-The official clients send one message per ``SendMessage`` call and keep several in flight
-(``send_async``). Passed on one by one, each costs the proxy a client call to the broker and
-the broker a whole request; the broker stores a batch of 32 for little more than one. So, as
-a store's group commit does: a send that finds fewer than ``max_in_flight`` batches of its
-topic on their way goes at once (a lone send waits for nothing: its latency is unchanged);
-otherwise it waits for the next batch, which takes everything queued meanwhile (up to
-``max_messages`` messages and ``max_bytes`` of bodies). Each message still gets its own
-result: the batch's queue and status, and its own offset in the queue (a batch is stored
-contiguously). A batch that fails fails every send in it, as each would have failed alone. A
-send that waited for a batch is under the producer's own send timeout, not its caller's
-deadline (a lone send keeps the caller's).
+The official clients make one call per message (one ``SendMessage``, one ``AckMessage``) and
+keep several in flight. Passed on one by one, each costs the proxy a client call to the broker
+and the broker a whole request and a store write; the broker stores a batch of 32, or writes
+the POP records of 32 acks, for little more than one. So, as a store's group commit does
+(:class:`Coalescer`): a call that finds fewer than ``max_in_flight`` batches of its key on
+their way goes at once (a lone call waits for nothing: its latency is unchanged); otherwise it
+waits for the next batch, which takes everything queued meanwhile (up to ``max_items`` items
+and ``max_size`` of their sizes). Each item still gets its own result. A batch that fails fails
+every item in it, as each would have failed alone.
 
-Only NORMAL messages with no delay are coalesced; FIFO (queue by message group), delayed and
-transactional sends go on their own.
+Sends (:class:`SendCoalescer`): only NORMAL messages with no delay; FIFO (queue by message
+group), delayed and transactional sends go on their own. Each message gets the batch's queue and
+status and its own offset in the queue (a batch is stored contiguously). A send that waited for
+a batch is under the producer's own send timeout; one that goes alone keeps its caller's.
+Acks: see :meth:`orbitmq.proxy.consumers.V2Consumers.ack`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
 
 from orbitmq.client.message import Message, SendResult
 from orbitmq.client.producer import Producer
@@ -30,24 +34,121 @@ from orbitmq.common.topics import Property
 MAX_MESSAGES = 128
 MAX_BYTES = 1024 * 1024
 MAX_IN_FLIGHT = 1
-"""One batch per topic on its way: with 2, the official client's 16 sends in flight still went
+"""One batch per key on its way: with 2, the official client's 16 sends in flight still went
 to the broker almost one by one (1.07 messages per call; with 1, 1.5 to 2.3)."""
 
-
-Waiting = tuple[Message, "asyncio.Future[SendResult]"]
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclasses.dataclass
-class _Topic:
-    waiting: deque[Waiting] = dataclasses.field(default_factory=deque)
+class _Key(Generic[T, R]):
+    waiting: deque[tuple[T, asyncio.Future[R]]] = dataclasses.field(default_factory=deque)
     in_flight: int = 0
+
+
+class Coalescer(Generic[K, T, R]):
+    """Args:
+    flush: makes one call for a key's batch of items; returns one result per item, in order,
+        or raises (every item of the batch then fails with that error).
+    max_items, max_size, size: bounds of one batch (``size`` of an item counts toward
+        ``max_size``; a first item larger than it still goes, alone).
+    max_in_flight: batches of one key on their way at once.
+    """
+
+    def __init__(
+        self,
+        flush: Callable[[K, list[T]], Awaitable[list[R]]],
+        *,
+        max_items: int,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        size: Callable[[T], int] = lambda item: 0,
+        max_size: int = sys.maxsize,
+    ) -> None:
+        for name, value in (
+            ("max_items", max_items),
+            ("max_size", max_size),
+            ("max_in_flight", max_in_flight),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
+        self._flush = flush
+        self._max_items = max_items
+        self._max_in_flight = max_in_flight
+        self._size = size
+        self._max_size = max_size
+        self._keys: dict[K, _Key[T, R]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.calls = 0
+        """Calls made (a lone item is a batch of one); with :attr:`items`, what coalescing saved."""
+        self.items = 0
+
+    async def submit(self, key: K, item: T) -> R:
+        """``item``'s result, from a call of its own or of a batch."""
+        state = self._keys.get(key)
+        if state is None:
+            state = self._keys[key] = _Key()
+        if state.in_flight < self._max_in_flight and not state.waiting:
+            state.in_flight += 1  # alone and at once, in the caller's task (its cancellation is ours)
+            try:
+                (result,) = await self._flush(key, [item])
+                self.calls += 1
+                self.items += 1
+                return result
+            finally:
+                state.in_flight -= 1
+                self._drain(key, state)
+        done: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        state.waiting.append((item, done))
+        self._drain(key, state)
+        return await done
+
+    def _drain(self, key: K, state: _Key[T, R]) -> None:
+        while state.waiting and state.in_flight < self._max_in_flight:
+            batch: list[tuple[T, asyncio.Future[R]]] = []
+            size = 0
+            while state.waiting and len(batch) < self._max_items:
+                item_size = self._size(state.waiting[0][0])
+                if batch and size + item_size > self._max_size:
+                    break
+                size += item_size
+                batch.append(state.waiting.popleft())
+            state.in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._call(key, state, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if not state.waiting and not state.in_flight:
+            self._keys.pop(key, None)  # keys come and go (receipt handles' groups): keep none idle
+
+    async def _call(self, key: K, state: _Key[T, R], batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            try:
+                results = await self._flush(key, [item for item, _ in batch])
+            except Exception as error:  # each item fails as it would have alone
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(error)
+                return
+            except BaseException:  # cancelled (the proxy is closing): so are the items
+                for _, done in batch:
+                    done.cancel()
+                raise
+            self.calls += 1
+            self.items += len(batch)
+            for result, (_, done) in zip(results, batch, strict=True):
+                if not done.done():  # its caller may have given up (cancelled)
+                    done.set_result(result)
+        finally:
+            state.in_flight -= 1
+            self._drain(key, state)
 
 
 class SendCoalescer:
     """Args:
     producer: the proxy's producer (batches go through its ``send_batch``, lone messages
         through ``send``, so routes, fault avoidance and retries are its own).
-    max_messages, max_bytes: bounds of one batch.
+    max_messages, max_bytes: bounds of one batch (bodies' bytes).
     max_in_flight: batches of one topic on their way at once.
     """
 
@@ -59,91 +160,42 @@ class SendCoalescer:
         max_bytes: int = MAX_BYTES,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
-        for name, value in (
-            ("max_messages", max_messages),
-            ("max_bytes", max_bytes),
-            ("max_in_flight", max_in_flight),
-        ):
-            if value < 1:
-                raise ValueError(f"{name} must be at least 1, not {value}")
         self._producer = producer
-        self._max_messages = max_messages
-        self._max_bytes = max_bytes
-        self._max_in_flight = max_in_flight
-        self._topics: dict[str, _Topic] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.batches = 0
-        """Broker calls made (a lone message is a batch of one); with :attr:`messages`, what
-        the coalescing saved."""
-        self.messages = 0
+        self._coalescer: Coalescer[str, tuple[Message, int | None], SendResult] = Coalescer(
+            self._flush,
+            max_items=max_messages,
+            max_in_flight=max_in_flight,
+            size=lambda item: len(item[0].body),
+            max_size=max_bytes,
+        )
+
+    @property
+    def batches(self) -> int:
+        """Broker calls made (a lone message is a batch of one)."""
+        return self._coalescer.calls
+
+    @property
+    def messages(self) -> int:
+        return self._coalescer.items
 
     async def send(self, message: Message, timeout_ms: int | None = None) -> SendResult:
-        """Send a NORMAL ``message`` (no delay level), alone or with others of its topic."""
+        """Send a NORMAL ``message`` (no delay), alone or with others of its topic."""
         if message.delay_level or message.deliver_at_ms is not None or message.delay_ms is not None:
             raise ValueError(
                 f"a delayed message ({message.topic}) is not coalesced: it goes to the timer alone"
             )
-        topic = self._topics.setdefault(message.topic, _Topic())
-        if topic.in_flight < self._max_in_flight and not topic.waiting:
-            topic.in_flight += 1
-            try:
-                result = await self._producer.send(message, timeout_ms=timeout_ms)
-                self.batches += 1
-                self.messages += 1
-                return result
-            finally:
-                topic.in_flight -= 1
-                self._drain(topic)
-        done: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        topic.waiting.append((message, done))
-        self._drain(topic)
-        return await done
+        return await self._coalescer.submit(message.topic, (message, timeout_ms))
 
-    def _drain(self, topic: _Topic) -> None:
-        while topic.waiting and topic.in_flight < self._max_in_flight:
-            batch: list[Waiting] = []
-            size = 0
-            while topic.waiting and len(batch) < self._max_messages:
-                body = len(topic.waiting[0][0].body)
-                if batch and size + body > self._max_bytes:
-                    break
-                size += body
-                batch.append(topic.waiting.popleft())
-            topic.in_flight += 1
-            task = asyncio.get_running_loop().create_task(self._send_batch(topic, batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _send_batch(
-        self, topic: _Topic, batch: list[tuple[Message, asyncio.Future[SendResult]]]
-    ) -> None:
-        try:
-            messages = [m for m, _ in batch]
-            try:
-                if len(messages) == 1:
-                    result = await self._producer.send(messages[0])
-                else:
-                    result = await self._producer.send_batch(messages)
-            except Exception as error:  # each send fails as it would have alone
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(error)
-                return
-            except BaseException:  # cancelled (the proxy is closing): so are the sends
-                for _, done in batch:
-                    done.cancel()
-                raise
-            self.batches += 1
-            self.messages += len(batch)
-            for i, (message, done) in enumerate(batch):
-                if not done.done():  # its caller may have given up (cancelled)
-                    done.set_result(
-                        dataclasses.replace(
-                            result,
-                            msg_id=message.properties.get(Property.UNIQ_KEY, result.msg_id),
-                            queue_offset=result.queue_offset + i,
-                        )
-                    )
-        finally:
-            topic.in_flight -= 1
-            self._drain(topic)
+    async def _flush(self, topic: str, items: list[tuple[Message, int | None]]) -> list[SendResult]:
+        if len(items) == 1:
+            message, timeout_ms = items[0]
+            return [await self._producer.send(message, timeout_ms=timeout_ms)]
+        result = await self._producer.send_batch([message for message, _ in items])
+        return [
+            dataclasses.replace(
+                result,
+                msg_id=message.properties.get(Property.UNIQ_KEY, result.msg_id),
+                queue_offset=result.queue_offset + i,
+            )
+            for i, (message, _) in enumerate(items)
+        ]

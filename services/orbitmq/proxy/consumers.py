@@ -24,13 +24,14 @@ from typing import Any
 
 import grpc
 
-from orbitmq.broker.pop.handles import InvalidReceiptHandle, ReceiptHandle
+from orbitmq.broker.pop.handles import MAX_ACKS_PER_CALL, InvalidReceiptHandle, ReceiptHandle
 from orbitmq.client.channels import Channels
 from orbitmq.client.retry import SendRetryPolicy
 from orbitmq.common.names import InvalidNameError, validate_group_name
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import Property
 from orbitmq.proxy import codes, convert, routes
+from orbitmq.proxy.coalesce import Coalescer
 from orbitmq.proxy.convert import Refused
 from orbitmq.proxy.renewals import Renewals
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
@@ -222,6 +223,11 @@ class Consumers:
     ) -> None:
         self.masters = Masters(channels)
         self.renewals = Renewals(self.masters.call_through_failover, client_alive, counted=counted)
+        self.acks: Coalescer[tuple[str, str, str], tuple[str, float], int] = Coalescer(
+            self._ack_batch, max_items=MAX_ACKS_PER_CALL
+        )
+        """Acks of one (broker, group, topic) arriving while one is on its way go as one broker
+        call (see :mod:`orbitmq.proxy.coalesce`): the official clients ack one message per call."""
         self._channels = channels
         self._default_invisible_ms = default_invisible_ms
 
@@ -312,28 +318,22 @@ class Consumers:
         topic = convert.topic_of(request.topic)
         if not request.entries:
             raise Refused(v2.BAD_REQUEST, "an ack must carry at least one entry")
-        entries = []
-        for entry in request.entries:
+
+        async def one(entry: pb.AckMessageEntry) -> pb.AckMessageResultEntry:
             self.renewals.forget(entry.receipt_handle)
             try:
                 receipt = receipt_of(entry.receipt_handle)
-                reply = await self.masters.call_through_failover(
-                    receipt.broker_name,
-                    "AckMessage",
-                    broker_pb2.AckMessageRequest(
-                        consumer_group=group, topic=topic, receipt_handle=entry.receipt_handle
-                    ),
-                    RPC_SLACK_S,
-                    max(0.0, deadline - time.monotonic()),
+                result = await self.acks.submit(
+                    (receipt.broker_name, group, topic), (entry.receipt_handle, deadline)
                 )
-                status = _ACK_STATUS.get(reply.result, codes.status(v2.INTERNAL_SERVER_ERROR))
+                status = _ACK_STATUS.get(result, codes.status(v2.INTERNAL_SERVER_ERROR))
             except Exception as error:  # one entry's failure is its own status, not the call's
                 status = codes.status_of(error)
-            entries.append(
-                pb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
-                )
+            return pb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
             )
+
+        entries = await asyncio.gather(*(one(entry) for entry in request.entries))
         failed = [e.status for e in entries if e.status.code != v2.OK]
         if not failed:
             overall = codes.OK
@@ -342,6 +342,29 @@ class Consumers:
         else:
             overall = codes.status(v2.MULTIPLE_RESULTS, f"{len(failed)} of {len(entries)} acks failed")
         return pb.AckMessageResponse(status=overall, entries=entries)
+
+    async def _ack_batch(self, key: tuple[str, str, str], items: list[tuple[str, float]]) -> list[int]:
+        """One broker call acking ``items`` (receipt handle, deadline), riding out a change of
+        master until the earliest deadline; a result per handle."""
+        broker_name, group, topic = key
+        handles = [handle for handle, _ in items]
+        budget = max(0.0, min(deadline for _, deadline in items) - time.monotonic())
+        if len(handles) == 1:
+            request = broker_pb2.AckMessageRequest(
+                consumer_group=group, topic=topic, receipt_handle=handles[0]
+            )
+        else:
+            request = broker_pb2.AckMessageRequest(consumer_group=group, topic=topic, receipt_handles=handles)
+        reply = await self.masters.call_through_failover(
+            broker_name, "AckMessage", request, RPC_SLACK_S, budget
+        )
+        if len(handles) == 1:
+            return [reply.result]
+        if len(reply.results) != len(handles):
+            raise RuntimeError(
+                f"broker {broker_name} answered {len(reply.results)} results for {len(handles)} acks"
+            )
+        return list(reply.results)
 
     async def change_invisible(
         self, request: pb.ChangeInvisibleDurationRequest, time_remaining_s: float | None = None

@@ -71,7 +71,7 @@ class Proxy:
             return
         self._started = True
         self.grpc.bind()
-        servicer = MessagingService(
+        servicer = self.servicer = MessagingService(
             self.settings,
             self.channels,
             self.producer,

@@ -385,20 +385,24 @@ class PopMessageResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ...) -> None: ...
 
 class AckMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "receipt_handle")
+    __slots__ = ("consumer_group", "topic", "receipt_handle", "receipt_handles")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     receipt_handle: str
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AckMessageResponse(_message.Message):
-    __slots__ = ("result",)
+    __slots__ = ("result", "results")
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     result: AckResult
-    def __init__(self, result: _Optional[_Union[AckResult, str]] = ...) -> None: ...
+    results: _containers.RepeatedScalarFieldContainer[AckResult]
+    def __init__(self, result: _Optional[_Union[AckResult, str]] = ..., results: _Optional[_Iterable[_Union[AckResult, str]]] = ...) -> None: ...
 
 class ForwardToDeadLetterRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "receipt_handle")

@@ -35,3 +35,7 @@ class ReceiptHandle:
                 f"receipt handle {text!r} is not <broker name>:<queue id>:<offset>:<lease> (orbitmq's form)"
             )
         return cls(parts[0], int(parts[1]), int(parts[2]), int(parts[3]))
+
+
+MAX_ACKS_PER_CALL = 1024
+"""Receipt handles one broker AckMessage may name (one POP log write of that many records)."""

@@ -309,14 +309,32 @@ class PopService:
 
     async def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
         """Acknowledge one delivery; raises :class:`InvalidReceiptHandle` for foreign text."""
-        receipt = self._receipt(handle)
-        outcome, record = self.state.ack(
-            PopKey(group, topic, receipt.queue_id), receipt.offset, receipt.lease
-        )
-        if record is not None:
-            await self._persist([record])
-            self.acks[group, topic] += 1
+        self._receipt(handle)
+        (outcome,) = await self.ack_many(group, topic, [handle])
         return outcome
+
+    async def ack_many(self, group: str, topic: str, handles: Sequence[str]) -> list[AckOutcome]:
+        """Acknowledge deliveries of one group and topic with one write of their records (what
+        a proxy's coalesced acks cost: one put, not one per message); an outcome per handle,
+        in order, ``UNKNOWN`` for a malformed or foreign one."""
+        outcomes: list[AckOutcome] = []
+        pending: list[Record] = []
+        for handle in handles:
+            try:
+                receipt = self._receipt(handle)
+            except InvalidReceiptHandle:
+                outcomes.append(AckOutcome.UNKNOWN)
+                continue
+            outcome, record = self.state.ack(
+                PopKey(group, topic, receipt.queue_id), receipt.offset, receipt.lease
+            )
+            outcomes.append(outcome)
+            if record is not None:
+                pending.append(record)
+        if pending:
+            await self._persist(pending)
+            self.acks[group, topic] += len(pending)
+        return outcomes
 
     async def forward_dead_letter(self, group: str, topic: str, handle: str) -> AckOutcome:
         """Move the delivery named by ``handle`` to the group's dead-letter topic now (the
