@@ -58,6 +58,8 @@ class BrokerSettings(BaseModel):
     index_slot_count: int = Field(default=5_000_000, ge=1)
     index_max_entries: int = Field(default=20_000_000, ge=1)
     file_reserved_time_ms: int = Field(default=72 * 3_600_000, ge=1)
+    clean_interval_ms: int = Field(default=10_000, ge=1)
+    """How often retention looks for segments to delete (RocketMQ's cleanResourceInterval)."""
 
     auto_create_topic_enable: bool = True
     """Create a topic on its first send (RocketMQ's autoCreateTopicEnable; on for local use)."""
@@ -169,6 +171,7 @@ class BrokerSettings(BaseModel):
             index_slot_count=self.index_slot_count,
             index_max_entries=self.index_max_entries,
             file_reserved_time_ms=self.file_reserved_time_ms,
+            clean_interval_ms=self.clean_interval_ms,
             delay_levels=self.delay_levels,
             pull_from_slave_lag_bytes=self.pull_from_slave_lag_bytes,
         )

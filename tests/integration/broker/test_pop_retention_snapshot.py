@@ -30,7 +30,7 @@ BROKER = "pop-retention-broker"
 HOUR_MS = 3_600_000
 RETENTION_MS = 4_000
 FIRST_SEGMENT = "0" * 20
-SETTINGS = {"file_reserved_time_ms": RETENTION_MS, "max_message_bytes": 32 * 1024}
+SETTINGS = {"file_reserved_time_ms": RETENTION_MS, "clean_interval_ms": 500, "max_message_bytes": 32 * 1024}
 """64 KiB segments (below) and a 4 s retention."""
 
 
