@@ -118,16 +118,13 @@ def statefulset(cluster: Cluster, group: int) -> Manifest:
             "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": retention_policy(brokers.storage.retention),
             "selector": {"matchLabels": names.selector_labels(cluster.name, names.BROKER, group)},
-            "template": {
-                "metadata": {
-                    "labels": names.labels(cluster.name, names.BROKER, group),
-                    "annotations": {
-                        names.ANNOTATION_CONFIG_HASH: common.content_hash(config_text),
-                        **common.metrics_annotations(cluster.spec.metrics.port),
-                    },
-                },
-                "spec": _pod_spec(cluster, group),
-            },
+            "template": common.pod_template(
+                cluster,
+                names.BROKER,
+                _pod_spec(cluster, group),
+                group,
+                {names.ANNOTATION_CONFIG_HASH: common.content_hash(config_text)},
+            ),
             "volumeClaimTemplates": [volume_claim_template(cluster, group)],
         },
     }

@@ -246,6 +246,24 @@ def with_user_pod_settings(cluster: Cluster, pod_spec: dict[str, Any]) -> dict[s
     return out
 
 
+def pod_template(
+    cluster: Cluster,
+    component: str,
+    pod_spec: dict[str, Any],
+    group: int | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A workload's pod template: the component's labels, the Prometheus annotations (plus
+    ``annotations``, e.g. a config hash that rolls the pods when their config changes)."""
+    return {
+        "metadata": {
+            "labels": names.labels(cluster.name, component, group),
+            "annotations": {**(annotations or {}), **metrics_annotations(cluster.spec.metrics.port)},
+        },
+        "spec": pod_spec,
+    }
+
+
 def stateless_pod_spec(
     cluster: Cluster,
     component: str,

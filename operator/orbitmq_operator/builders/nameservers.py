@@ -70,13 +70,7 @@ def statefulset(cluster: Cluster) -> Manifest:
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "RollingUpdate"},
             "selector": {"matchLabels": names.selector_labels(cluster.name, names.NAMESRV)},
-            "template": {
-                "metadata": {
-                    "labels": names.labels(cluster.name, names.NAMESRV),
-                    "annotations": common.metrics_annotations(spec.metrics.port),
-                },
-                "spec": _pod_spec(cluster),
-            },
+            "template": common.pod_template(cluster, names.NAMESRV, _pod_spec(cluster)),
         },
     }
 

@@ -70,13 +70,7 @@ def deployment(cluster: Cluster) -> Manifest:
             # a new pod is ready before an old one goes: clients always find a proxy
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "selector": {"matchLabels": names.selector_labels(cluster.name, names.PROXY)},
-            "template": {
-                "metadata": {
-                    "labels": names.labels(cluster.name, names.PROXY),
-                    "annotations": common.metrics_annotations(spec.metrics.port),
-                },
-                "spec": _pod_spec(cluster),
-            },
+            "template": common.pod_template(cluster, names.PROXY, _pod_spec(cluster)),
         },
     }
 

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
 from clusterkit import Cluster, eventually, scrape, start_cluster
 
+from orbitmq.broker.server import Broker
 from orbitmq.client import Admin, Message, Producer, SendStatus
 from orbitmq.common.rpc import failure_of
 from orbitmq.store.record import decode
@@ -272,9 +273,9 @@ async def test_consumer_reads_from_the_slave_while_the_master_is_away_and_when_a
     await consumer.close()
 
 
-async def test_a_slave_serves_a_topic_it_holds_before_the_config_copy_arrives(cluster: Cluster) -> None:
-    """The master dies within one config-copy interval of creating a topic: the slave has the
-    messages (log stream) but not yet the topic (config copy); readers must still get them."""
+async def topic_made_before_the_config_copy(cluster: Cluster) -> Broker:
+    """A master and a slave whose config copy is far off; the topic JustMade (2 queues) made on
+    the master with 6 messages the slave holds but whose config it has not copied; the slave."""
     slow_copy = {**HA, "replica_config_interval_ms": 600_000}
     await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow_copy)
     await cluster.start_broker(
@@ -287,6 +288,13 @@ async def test_a_slave_serves_a_topic_it_holds_before_the_config_copy_arrives(cl
     await send(cluster, 6, topic="JustMade")
     await caught_up(cluster)
     assert not slave.tables.topics.contains("JustMade"), "the config copy came too early for this test"
+    return slave
+
+
+async def test_a_slave_serves_a_topic_it_holds_before_the_config_copy_arrives(cluster: Cluster) -> None:
+    """The master dies within one config-copy interval of creating a topic: the slave has the
+    messages (log stream) but not yet the topic (config copy); readers must still get them."""
+    await topic_made_before_the_config_copy(cluster)
 
     stub = cluster.brokers["a-slave"].stub
     bodies = [m.body for q in (0, 1) for m in await pull_all(stub, "JustMade", q)]
@@ -302,18 +310,7 @@ async def test_a_promoted_slave_adopts_the_topics_it_holds_before_the_config_cop
     """The same early death, then the slave is promoted: the new master serves the topic it
     holds (its two queues, read-write, in its route) rather than refusing it as unknown or
     re-creating it on the next send with the default four queues."""
-    slow_copy = {**HA, "replica_config_interval_ms": 600_000}
-    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow_copy)
-    await cluster.start_broker(
-        "a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow_copy
-    )
-    slave = cluster.brokers["a-slave"].broker
-    await eventually(lambda: slave.replication.connected.is_set(), 10)
-    async with Admin(cluster.address) as admin:
-        await admin.create_topic("JustMade", read_queue_nums=2, write_queue_nums=2)
-    await send(cluster, 6, topic="JustMade")
-    await caught_up(cluster)
-    assert not slave.tables.topics.contains("JustMade"), "the config copy came too early for this test"
+    slave = await topic_made_before_the_config_copy(cluster)
 
     await cluster.stop_broker("a-master")
     stub = cluster.brokers["a-slave"].stub
