@@ -309,20 +309,28 @@ class PopService:
 
     async def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
         """Acknowledge one delivery; raises :class:`InvalidReceiptHandle` for foreign text."""
-        self._receipt(handle)
-        (outcome,) = await self.ack_many(group, topic, [handle])
+        (outcome,) = await self._ack(group, topic, [self._receipt(handle)])
         return outcome
 
     async def ack_many(self, group: str, topic: str, handles: Sequence[str]) -> list[AckOutcome]:
         """Acknowledge deliveries of one group and topic with one write of their records (what
         a proxy's coalesced acks cost: one put, not one per message); an outcome per handle,
         in order, ``UNKNOWN`` for a malformed or foreign one."""
-        outcomes: list[AckOutcome] = []
-        pending: list[Record] = []
+        receipts: list[ReceiptHandle | None] = []
         for handle in handles:
             try:
-                receipt = self._receipt(handle)
+                receipts.append(self._receipt(handle))
             except InvalidReceiptHandle:
+                receipts.append(None)
+        return await self._ack(group, topic, receipts)
+
+    async def _ack(
+        self, group: str, topic: str, receipts: Sequence[ReceiptHandle | None]
+    ) -> list[AckOutcome]:
+        outcomes: list[AckOutcome] = []
+        pending: list[Record] = []
+        for receipt in receipts:
+            if receipt is None:
                 outcomes.append(AckOutcome.UNKNOWN)
                 continue
             outcome, record = self.state.ack(
