@@ -1,10 +1,10 @@
 """Producers (RocketMQ's DefaultMQProducer and TransactionMQProducer), asyncio-native.
 
 A producer learns each topic's write queues from the name servers, picks a queue round-robin
-(skipping brokers that latency-based fault avoidance has set aside), and retries a retriable
-failure within the send's time budget, on a route fetched again each time, preferring another
-broker (:mod:`orbitmq.client.retry` holds the policy: what is retried, for how long, how
-often). So a send rides out a master failover: it keeps trying until the new master is
+from a random start per topic (skipping brokers that latency-based fault avoidance has set
+aside), and retries a retriable failure within the send's time budget, on a route fetched
+again each time, preferring another broker (:mod:`orbitmq.client.retry` holds the policy: what
+is retried, for how long, how often). So a send rides out a master failover: it keeps trying until the new master is
 registered. Ordered messages pick their queue by a hash of a sharding key instead, and are never
 moved to another queue (a retry goes to the same queue, wherever its broker's master now is).
 Routes are refreshed every 30 s and after a failure; producers heartbeat their group to the
@@ -255,7 +255,12 @@ class Producer:
     # -- sending -------------------------------------------------------------------------------
 
     def _choose(self, topic: str, queues: list[WriteQueue], avoid: str | None) -> WriteQueue:
-        start = self._round_robin.get(topic, -1) + 1
+        if topic not in self._round_robin:
+            # A random start per producer and topic (RocketMQ's ThreadLocalIndex): starting at
+            # queue 0 put every short-lived producer's messages (``produce --count 1``, each
+            # Spark writer task) into queue 0.
+            self._round_robin[topic] = random.randrange(len(queues)) - 1
+        start = self._round_robin[topic] + 1
         for step in range(len(queues)):
             queue = queues[(start + step) % len(queues)]
             if queue.broker_name != avoid and self._faults.available(queue.broker_name):

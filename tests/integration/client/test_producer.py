@@ -75,6 +75,21 @@ async def test_sync_round_robin_over_every_queue_of_every_broker(cluster) -> Non
     assert all(len(r.msg_id) == 32 and len(r.offset_msg_id) == 32 for r in results)
 
 
+async def test_short_lived_producers_spread_over_the_queues(cluster) -> None:  # type: ignore[no-untyped-def]
+    """Each producer starts its round robin at a random queue (RocketMQ's ThreadLocalIndex), so
+    one-message producers (``produce --count 1``, a Spark writer task) do not all write queue 0."""
+    namesrv, _ = cluster
+    async with Producer("PG", namesrv.address) as producer:
+        await producer.send(Message("Short", b"warm-up"))  # the topic exists on both brokers
+    placements = []
+    for i in range(8):
+        async with Producer("PG", namesrv.address) as producer:
+            result = await producer.send(Message("Short", f"{i}".encode()))
+        placements.append((result.broker_name, result.queue_id))
+    # 8 queues: all eight on one queue by chance has probability 8 / 8**8 (about 5e-7).
+    assert len(set(placements)) > 1, placements
+
+
 async def test_sharding_key_keeps_order_in_one_queue(cluster) -> None:  # type: ignore[no-untyped-def]
     namesrv, brokers = cluster
     async with Producer("PG", namesrv.address) as producer:
