@@ -4,9 +4,10 @@ A producer learns each topic's write queues from the name servers, picks a queue
 from a random start per topic (skipping brokers that latency-based fault avoidance has set
 aside), and retries a retriable failure within the send's time budget, on a route fetched
 again each time, preferring another broker (:mod:`orbitmq.client.retry` holds the policy: what
-is retried, for how long, how often). So a send rides out a master failover: it keeps trying until the new master is
-registered. Ordered messages pick their queue by a hash of a sharding key instead, and are never
-moved to another queue (a retry goes to the same queue, wherever its broker's master now is).
+is retried, for how long, how often). So a send rides out a master failover: it keeps trying
+until the new master is registered. Ordered messages pick their queue by a hash of a sharding
+key instead, and are never moved to another queue (a retry goes to the same queue, wherever its
+broker's master now is).
 Routes are refreshed every 30 s and after a failure; producers heartbeat their group to the
 brokers they use.
 """
