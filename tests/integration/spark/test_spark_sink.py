@@ -71,6 +71,16 @@ def test_batch_write_sends_every_row_once_keeping_order_per_sharding_key(
     _write(spark.createDataFrame([("héllo",)], "body string"), cluster.namesrv, topic)
     assert "héllo" in [m.body.decode() for m in cluster.read_all(topic)]
 
+    # Eight tasks of one unkeyed row each: each task's producer starts its round robin at a
+    # random queue, so they do not all write the first queue (all eight on one of the eight
+    # queues by chance: 8 / 8**8).
+    spread = "SparkSinkSpread"
+    cluster.create_topic(spread, 4)
+    singles = spark.range(0, 8, 1, 8).select(F.col("id").cast("string").cast("binary").alias("body"))
+    _write(singles, cluster.namesrv, spread)
+    placed = {(m.store_host, m.queue_id) for m in cluster.read_all(spread)}
+    assert len(cluster.read_all(spread)) == 8 and len(placed) > 1, placed
+
 
 def test_stream_write_copies_a_topic_through_a_streaming_query(
     spark: Any, cluster: ThreadCluster, tmp_path: Path
