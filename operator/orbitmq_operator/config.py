@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from orbitmq.common.namesrv_list import NamesrvListError, parse_namesrv_list
 from orbitmq_operator.builders.errors import SpecError
 
 ENV_PREFIX = "ORBITMQ_OPERATOR_"
@@ -53,14 +54,27 @@ class OperatorConfig:
 
 
 def parse_overrides(text: str) -> dict[str, str]:
-    """``ns/cluster=addr,ns2/other=addr2`` (an address may list name servers with ``;``)."""
-    out = {}
+    """``ns/cluster=addr,ns2/other=addr2``; an address may list name servers with ``;`` or
+    ``,`` (an item without ``=`` continues the list of the override before it), checked by
+    orbitmq's one name-server list parser."""
+    field_path = f"{ENV_PREFIX}NAMESRV_OVERRIDES"
+    lists: dict[str, list[str]] = {}
+    key = ""
     for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, address = item.partition("=")
-        if not sep or key.count("/") != 1 or not address:
-            raise SpecError(
-                f"{ENV_PREFIX}NAMESRV_OVERRIDES",
-                f"{item!r} is not <namespace>/<cluster>=<host:port>",
-            )
-        out[key.strip()] = address.strip()
+        name, sep, address = item.partition("=")
+        if sep:
+            key = name.strip()
+            if key.count("/") != 1 or not address.strip():
+                raise SpecError(field_path, f"{item!r} is not <namespace>/<cluster>=<host:port>")
+            lists[key] = [address]
+        elif key:
+            lists[key].append(item)
+        else:
+            raise SpecError(field_path, f"{item!r} is not <namespace>/<cluster>=<host:port>")
+    out = {}
+    for key, parts in lists.items():
+        try:
+            out[key] = ";".join(parse_namesrv_list(";".join(parts)))
+        except NamesrvListError as error:
+            raise SpecError(field_path, f"{key}: {error}") from None
     return out

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.namesrv_list import NamesrvListError, parse_namesrv_list
 
 
 class UsageError(Exception):
@@ -40,12 +41,11 @@ group_arg = name_arg("group", validate_group_name)
 
 
 def namesrv_arg(text: str) -> str:
-    """argparse type of ``--namesrv``: ``host:port;host:port``."""
-    for address in text.split(";"):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise argparse.ArgumentTypeError(f"{address!r} must be host:port with a port of 1..65535")
-    return text
+    """argparse type of ``--namesrv``: ``host:port;host:port`` (``,`` works too)."""
+    try:
+        return ";".join(parse_namesrv_list(text))
+    except NamesrvListError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def run_job(

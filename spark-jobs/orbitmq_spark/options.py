@@ -24,10 +24,10 @@ from datetime import datetime
 from enum import Enum
 
 from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_namesrv_list
 
 EARLIEST = -2
 LATEST = -1
-NAMESRV_ENV = "ORBITMQ_NAMESRV"
 DEFAULT_READER_GROUP = "spark-orbitmq-reader"
 """The consumer group named in pulls when no ``group`` option is given (pulls never commit)."""
 DEFAULT_PRODUCER_GROUP = "spark-orbitmq-writer"
@@ -147,11 +147,10 @@ def _namesrv(options: Mapping[str, str]) -> str:
         raise OptionError(
             "namesrv", f"is required: name servers as 'host:port;host:port' (or set {NAMESRV_ENV})"
         )
-    for address in value.split(";"):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise OptionError("namesrv", f"{address!r} must be host:port with a port of 1..65535")
-    return value
+    try:
+        return ";".join(parse_namesrv_list(value))
+    except NamesrvListError as error:
+        raise OptionError("namesrv", str(error)) from None
 
 
 def _topics(value: str | None, *, single: bool) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
+from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq_operator.builders import Cluster, SpecError, names, namesrv_address
 from orbitmq_operator.config import NamesrvMode, OperatorConfig
 from orbitmq_operator.reconcile.conditions import Reason
@@ -42,7 +43,7 @@ def namesrv_addresses(
     """
     override = _override(config, cluster)
     if override:
-        return override.split(";")
+        return parse_namesrv_list(override)
     if config.namesrv_mode is NamesrvMode.POD_IP:
         if not pod_ips:
             name = cluster["metadata"]["name"]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
 from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
 from orbitmq.store.config import GIB, MIB, BrokerRole, FlushMode, StoreConfig
@@ -14,14 +15,6 @@ ENV_PREFIX = "ORBITMQ_BROKER_"
 MIN_POP_SNAPSHOT_INTERVAL_MS = 100
 """Floor of the POP snapshot interval: a test's retention of a few ms must not turn the snapshot
 loop into a busy one (below 200 ms of retention the last snapshot may then go)."""
-
-
-def parse_namesrv(value: str) -> list[str]:
-    """``"host:port;host:port"`` → addresses; an empty string means none."""
-    addresses = [a.strip() for a in value.split(";") if a.strip()]
-    for address in addresses:
-        split_host_port(address)
-    return addresses
 
 
 class BrokerSettings(BaseModel):
@@ -34,7 +27,8 @@ class BrokerSettings(BaseModel):
     advertise_addr: str | None = None
     """Address registered with name servers; default: the bound address (127.0.0.1 for 0.0.0.0)."""
     namesrv: str = ""
-    """Name servers, ``host:port;host:port`` (also ``ORBITMQ_NAMESRV``); empty: register nowhere."""
+    """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``); empty:
+    register nowhere."""
     cluster: str = "DefaultCluster"
     broker_name: str = "broker-a"
     broker_id: int = Field(default=0, ge=0)
@@ -125,7 +119,7 @@ class BrokerSettings(BaseModel):
     @field_validator("namesrv")
     @classmethod
     def _check_namesrv(cls, value: str) -> str:
-        parse_namesrv(value)
+        parse_namesrv_list(value, required=False)
         return value
 
     @field_validator("cluster", "broker_name")
@@ -153,7 +147,7 @@ class BrokerSettings(BaseModel):
 
     @property
     def namesrv_addrs(self) -> list[str]:
-        return parse_namesrv(self.namesrv)
+        return parse_namesrv_list(self.namesrv, required=False)
 
     @property
     def is_slave(self) -> bool:

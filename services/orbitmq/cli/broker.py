@@ -24,7 +24,7 @@ from orbitmq.cli.serve import serve
 )
 @click.option("--listen", help="gRPC address, default 0.0.0.0:10911.")
 @click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:10913; '' disables.")
-@click.option("--namesrv", help=f"Name servers 'host:port;host:port' (or {NAMESRV_ENV}).")
+@click.option("--namesrv", help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).")
 @click.option("--cluster")
 @click.option("--broker-name")
 @click.option("--broker-id", type=int)

@@ -15,11 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orbitmq.client.channels import DEFAULT_NAMESRV, NAMESRV_ENV
+from orbitmq.client.channels import DEFAULT_NAMESRV
+from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_namesrv_list
 from orbitmq.common.settings import SettingsError, load_settings
 
 T = TypeVar("T", bound=BaseModel)
-
 
 
 def settings_or_exit(model: type[T], file: Path | None, env_prefix: str, flags: Mapping[str, Any]) -> T:
@@ -30,13 +30,25 @@ def settings_or_exit(model: type[T], file: Path | None, env_prefix: str, flags: 
         raise click.ClickException(str(error)) from None
 
 
+def check_namesrv(_context: click.Context, _parameter: click.Parameter, value: str | None) -> str | None:
+    """Click callback: a malformed name-server list is a usage error naming the value and the
+    rule, before anything tries to connect to it."""
+    if value is None:
+        return None
+    try:
+        return ";".join(parse_namesrv_list(value))
+    except NamesrvListError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--namesrv",
         envvar=NAMESRV_ENV,
         default=DEFAULT_NAMESRV,
         show_default=True,
-        help=f"Name servers 'host:port;host:port' (or {NAMESRV_ENV}).",
+        callback=check_namesrv,
+        help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).",
     )(function)
 
 

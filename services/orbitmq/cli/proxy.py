@@ -24,7 +24,8 @@ SETTINGS_EXIT_CODE = 2
 @click.option("--listen", help="gRPC address of apache.rocketmq.v2.MessagingService, default 0.0.0.0:8081.")
 @click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:8082; '' disables.")
 @click.option(
-    "--namesrv", help="Name servers 'host:port;host:port' (default ORBITMQ_NAMESRV, then 127.0.0.1:9876)."
+    "--namesrv",
+    help="Name servers 'host:port;host:port' (',' works too; default ORBITMQ_NAMESRV, then 127.0.0.1:9876).",
 )
 @click.option("--advertise", help="host:port put into routes when a client names no access point.")
 def proxy(config_file: Path | None, **flags: object) -> None:

@@ -18,7 +18,7 @@ from orbitmq.cli.serve import serve
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="YAML/JSON settings file (field names as in SidecarSettings).",
 )
-@click.option("--namesrv", help=f"Name servers 'host:port;host:port' (or {NAMESRV_ENV}).")
+@click.option("--namesrv", help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).")
 @click.option("--group", help="Consumer group.")
 @click.option(
     "--subscribe",

@@ -6,34 +6,24 @@ import os
 
 import grpc
 
+from orbitmq.common.namesrv_list import NAMESRV_ENV, parse_namesrv_list
 from orbitmq.common.rpc import RpcFailure
-from orbitmq.common.server import GRPC_OPTIONS, split_host_port
+from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.v1 import broker_pb2_grpc, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
 
-NAMESRV_ENV = "ORBITMQ_NAMESRV"
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 """Codes that say nothing answered at that address, so another name server may."""
 
 
-def parse_addresses(value: str | list[str]) -> list[str]:
-    addresses = value if isinstance(value, list) else [a.strip() for a in value.split(";") if a.strip()]
-    if not addresses:
-        raise ValueError(
-            "name server address list is empty; give 'host:port;host:port' or set ORBITMQ_NAMESRV"
-        )
-    for address in addresses:
-        split_host_port(address)
-    return addresses
-
-
 class Channels:
     def __init__(self, namesrv: str | list[str] | None = None) -> None:
-        """``namesrv``: ``"host:port;host:port"`` or a list; None reads ``ORBITMQ_NAMESRV``, then
-        the local default ``127.0.0.1:9876``."""
-        self.namesrv_addrs = parse_addresses(namesrv or os.environ.get(NAMESRV_ENV, DEFAULT_NAMESRV))
+        """``namesrv``: ``"host:port;host:port"`` (``,`` works too) or a list; None reads
+        ``ORBITMQ_NAMESRV``, then the local default ``127.0.0.1:9876``. A malformed list raises
+        :class:`~orbitmq.common.namesrv_list.NamesrvListError`."""
+        self.namesrv_addrs = parse_namesrv_list(namesrv or os.environ.get(NAMESRV_ENV, DEFAULT_NAMESRV))
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         """Stubs are cached: building one creates a callable per RPC method, too dear per call."""

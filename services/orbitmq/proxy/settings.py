@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orbitmq.client.channels import parse_addresses
+from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
 from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
 
@@ -24,7 +24,8 @@ class ProxySettings(BaseModel):
     metrics_listen: str | None = "0.0.0.0:8082"
     """Prometheus /metrics HTTP address; None or empty disables it."""
     namesrv: str | None = None
-    """Name servers ``host:port;host:port``; None reads ``ORBITMQ_NAMESRV``, then 127.0.0.1:9876."""
+    """Name servers ``host:port;host:port`` (or ``,``-separated); None reads ``ORBITMQ_NAMESRV``,
+    then 127.0.0.1:9876."""
     advertise: str | None = None
     """``host:port`` put into routes when a client's QueryRoute names no access point (clients
     normally do, and then get back the address they used, which works behind a Service)."""
@@ -66,7 +67,7 @@ class ProxySettings(BaseModel):
     @classmethod
     def _check_namesrv(cls, value: str | None) -> str | None:
         if value:
-            parse_addresses(value)
+            parse_namesrv_list(value)
         return value or None
 
     @field_validator("delay_levels")

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orbitmq.broker.settings import parse_namesrv
 from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
 
 ENV_PREFIX = "ORBITMQ_SIDECAR_"
@@ -43,7 +43,7 @@ class SidecarSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namesrv: str = "127.0.0.1:9876"
-    """Name servers, ``host:port;host:port`` (also ``ORBITMQ_NAMESRV``)."""
+    """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``)."""
     group: str
     """The consumer group this sidecar (and the application behind it) belongs to."""
     subscriptions: list[str] = Field(min_length=1)
@@ -95,8 +95,7 @@ class SidecarSettings(BaseModel):
     @field_validator("namesrv")
     @classmethod
     def _check_namesrv(cls, value: str) -> str:
-        if not parse_namesrv(value):
-            raise ValueError("at least one name server address is needed")
+        parse_namesrv_list(value)
         return value
 
     @field_validator("listen", "metrics_listen")

@@ -191,3 +191,20 @@ async def test_library_producer_and_admin_with_a_dead_first_name_server(cluster:
             await producer.send(Message("Fallback", f"p{i}".encode()))
     async with Admin(namesrv) as admin:
         assert "Fallback" in await admin.topic_list()
+
+
+async def test_the_cli_takes_a_comma_separated_list_and_names_a_bad_entry(cluster: Cluster) -> None:
+    """``--namesrv "a:1,b:2"`` was taken as one address ``a:1,b`` port 2 and failed with a
+    connection error; both separators work, and a malformed entry is a usage error naming it."""
+    home = cluster.root
+    listed = f"127.0.0.1:{closed_port()},{cluster.address}"
+    code, out, err = await asyncio.to_thread(
+        cli, "", "admin", "cluster", "list", "--json", "--namesrv", listed, home=home
+    )
+    assert code == 0, err
+    assert "broker-a" in out
+    code, out, err = await asyncio.to_thread(
+        cli, "", "admin", "cluster", "list", "--namesrv", f"{cluster.address},localhost", home=home
+    )
+    assert code == 2, (out, err)
+    assert "entry 'localhost' has no ':port'" in err and "separated by ';' or ','" in err, err
