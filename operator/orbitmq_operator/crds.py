@@ -125,6 +125,8 @@ KINDS: tuple[Kind, ...] = (
                 f"metadata.name must start with a letter, hold only lowercase letters, digits and "
                 f"'-', and have at most {MAX_CLUSTER_NAME} characters: it names the cluster's "
                 "Services and StatefulSets (<name>-broker-<n>)",
+                # a rule on the root is reported as "<nil>: Invalid value" without a field path
+                field_path=".metadata.name",
             ),
         ),
     ),
@@ -209,7 +211,9 @@ def resource_schema(kind: Kind) -> Schema:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # ``name`` declared so that a root rule's fieldPath may point at it (the API server
+            # resolves every fieldPath in the schema); metadata may declare nothing else
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": structural_schema(kind.spec),
             "status": structural_schema(kind.status),
         },

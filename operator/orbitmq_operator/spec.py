@@ -159,6 +159,14 @@ class BrokersSpec(_Spec):
         "consumers catching up after its write permission is wiped) before the cluster reports "
         "Degraded/DrainStuck; it is kept, with its messages, until drained.",
     )
+    drain_offline_group_grace_s: int = Field(
+        default=300,
+        ge=0,
+        description="How long a drain waits on the backlog of a consumer group with no consumer "
+        "online on the draining broker group (a finished job, a helm test group) before it stops "
+        "waiting on it; those messages are then lost with the group. The groups are named in "
+        "status.drains[].ignoredGroups and an Event (DrainIgnoredGroups).",
+    )
     discard_backlog_after_timeout: bool = Field(
         default=False,
         description="Remove a draining broker group after drainTimeoutS even with messages not "
@@ -416,6 +424,13 @@ class BrokerGroupStatus(_Spec):
     writable: bool = False
 
 
+class OfflineGroup(_Spec):
+    """A consumer group lagging on a draining broker group with no consumer online there."""
+
+    group: str
+    since: str = Field(description="When it was first seen so (RFC 3339).")
+
+
 class DrainStatus(_Spec):
     """A broker group being drained before its removal."""
 
@@ -423,6 +438,15 @@ class DrainStatus(_Spec):
     started_at: str = Field(description="When its write permission was wiped (RFC 3339).")
     lag: int = Field(default=0, description="Messages its consumer groups have not consumed yet.")
     step: str = Field(default="Wait", description="Wait, Stuck or Remove.")
+    offline_groups: list[OfflineGroup] = Field(
+        default_factory=list,
+        description="Consumer groups with a backlog there and no consumer online, and since when.",
+        json_schema_extra=list_map("group"),
+    )
+    ignored_groups: list[str] = Field(
+        default_factory=list,
+        description="Of those, the ones offline for spec.brokers.drainOfflineGroupGraceS: not waited on.",
+    )
 
 
 class RollingUpdateStatus(_Spec):

@@ -150,3 +150,35 @@ async def test_stuck_drain_deletes_nothing_and_scaling_up_restores_writes(
     assert back.drains == [] and [reason for reason, _, _ in back.events] == ["DrainCancelled"]
     assert await send(cluster, 8) == {"demo-broker-0", "demo-broker-1"}
     assert group_objects(k8s_cluster, namespace) == everything
+
+
+async def test_a_group_without_consumers_is_not_waited_on_past_the_offline_grace(
+    cluster: Cluster, client: AsyncClient, k8s_cluster: K8sCluster, namespace: str
+) -> None:
+    """A group left with a backlog and no consumer (a ``helm test`` group, a retired
+    application) holds the drain only for ``drainOfflineGroupGraceS``, then is named and
+    ignored; a group whose consumer is online is never ignored."""
+    create_group_objects(k8s_cluster, namespace)
+    collector = Collector()
+    await send(cluster, 8)
+    async with consuming(cluster.address, TOPIC, GROUP, collector):
+        await collector.wait_for(8)
+        async with Admin(cluster.address) as admin:
+            assert await admin.online_groups("demo-broker-1", {GROUP, "Nobody"}) == {GROUP}
+    await send(cluster, 8)  # a backlog, and its consumer gone
+    async with Admin(cluster.address) as admin:
+        assert await admin.online_groups("demo-broker-1", {GROUP}) == set()
+    graced = model(namespace, drainOfflineGroupGraceS=60)
+
+    first = await reconcile_drains(client, graced, [1], [], cluster.address, later(0), grace_s=0)
+    [decision] = first.decisions
+    assert (decision.step, decision.ignored) == (DrainStep.WAIT, ())
+    [offline] = first.drains[0]["offlineGroups"]
+    assert offline["group"] == GROUP and first.drains[0]["ignoredGroups"] == []
+
+    done = await reconcile_drains(client, graced, [1], first.drains, cluster.address, later(61), grace_s=0)
+    assert done.drains == [] and group_objects(k8s_cluster, namespace) == []
+    reasons = {reason: (message, warning) for reason, message, warning in done.events}
+    assert set(reasons) == {"DrainIgnoredGroups", "Removed"}
+    assert f"no consumer online for {GROUP}" in reasons["DrainIgnoredGroups"][0]
+    assert "drainOfflineGroupGraceS=60" in reasons["Removed"][0] and reasons["Removed"][1]

@@ -7,7 +7,7 @@ master of the cluster, topic-scoped reads go to the brokers in the topic's route
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -380,15 +380,7 @@ class Admin:
         ``SCHEDULE_TOPIC_XXXX``): they reach their topic on this broker only when due, so a
         group removed before then would take them with it.
         """
-        info = await self.cluster_info()
-        data = info.broker_addr_table.get(broker_name)
-        if data is None or MASTER_ID not in data.broker_addrs:
-            raise RpcFailure(
-                ErrorReason.SERVICE_NOT_AVAILABLE,
-                f"broker group {broker_name!r} has no registered master: its backlog cannot be read",
-                broker_name=broker_name,
-            )
-        broker = self._channels.broker(data.broker_addrs[MASTER_ID])
+        broker = await self._master_stub(broker_name, "its backlog cannot be read")
         listed = await broker.ListSubscriptionGroups(
             broker_pb2.ListSubscriptionGroupsRequest(), timeout=QUERY_TIMEOUT_S
         )
@@ -408,6 +400,42 @@ class Admin:
         if runtime.delayed_messages_waiting > 0:
             backlog[DELAYED, SCHEDULE_TOPIC] = runtime.delayed_messages_waiting
         return backlog
+
+    async def online_groups(self, broker_name: str, groups: Iterable[str]) -> set[str]:
+        """Of ``groups``, those with a consumer online on broker group ``broker_name``'s master:
+        a client heartbeating the group there (push and pull consumers, the sidecar), or POP
+        messages of the group in flight there (RocketMQ 5 clients through the proxy, which do
+        not heartbeat the brokers; one with a backlog keeps receiving, so it has some)."""
+        broker = await self._master_stub(broker_name, "its consumers cannot be listed")
+        online = set()
+        for group in sorted(set(groups)):
+            listed = await broker.GetConsumerList(
+                broker_pb2.GetConsumerListRequest(consumer_group=group), timeout=QUERY_TIMEOUT_S
+            )
+            if listed.client_ids:
+                online.add(group)
+                continue
+            request = broker_pb2.GetConsumeStatsRequest(consumer_group=group)
+            try:
+                stats = await broker.GetConsumeStats(request, timeout=QUERY_TIMEOUT_S)
+            except grpc.aio.AioRpcError as error:
+                if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
+                    raise
+                continue
+            if any(queue.pop_in_flight > 0 for queue in stats.queues):
+                online.add(group)
+        return online
+
+    async def _master_stub(self, broker_name: str, consequence: str) -> broker_pb2_grpc.BrokerStub:
+        info = await self.cluster_info()
+        data = info.broker_addr_table.get(broker_name)
+        if data is None or MASTER_ID not in data.broker_addrs:
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE,
+                f"broker group {broker_name!r} has no registered master: {consequence}",
+                broker_name=broker_name,
+            )
+        return self._channels.broker(data.broker_addrs[MASTER_ID])
 
     # -- brokers and messages ------------------------------------------------------------------
 

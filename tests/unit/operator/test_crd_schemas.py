@@ -180,6 +180,22 @@ def test_cel_rules_are_carried_to_their_fields() -> None:
             assert rules(at(schema, f"spec.{name}")) == ["self == oldSelf"], name
 
 
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.kind)
+def test_rules_on_the_whole_resource_name_their_field(kind: Kind) -> None:
+    """A rule on the resource's root (the only place ``metadata.name`` is visible to CEL) carries
+    a ``fieldPath``, else the API server reports the refusal as ``<nil>: Invalid value``; and
+    every ``fieldPath`` resolves in the schema, as the API server requires of a CRD."""
+    for where, node in schema_nodes(schema_of(kind.kind), kind.kind):
+        for entry in node.get("x-kubernetes-validations", []):
+            if where == kind.kind:
+                assert entry.get("fieldPath"), entry
+            if "fieldPath" in entry:
+                at(node, entry["fieldPath"].removeprefix("."))  # KeyError: not a field
+    if kind.kind == "OrbitMQCluster":
+        (name_rule,) = schema_of(kind.kind)["x-kubernetes-validations"]
+        assert name_rule["fieldPath"] == ".metadata.name"
+
+
 def test_strings_under_cel_rules_are_bounded() -> None:
     """A rule's cost is estimated from the largest value it may see: an unbounded string would
     push a rule over the API server's budget (and the CRD would be refused)."""
