@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orbitmq.common.errors import OrbitError
-from orbitmq_spark.jobkit import UsageError, namesrv_arg, run_job, topic_arg
+from orbitmq_spark.jobkit import JobArgumentParser, UsageError, run_job, spark_session, topic_arg
 
 OFFSETS_DIR = "_offsets"
 FAILPOINT_ENV = "ORBITMQ_ARCHIVE_FAILPOINT"
@@ -56,14 +56,12 @@ class CheckError(Exception):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="archive.py",
+    parser = JobArgumentParser(
+        "archive",
         description="Archive a topic's messages to Parquet partitioned by date, from where the last "
         "run ended; check the rows against the queues' offsets; print a JSON summary line.",
     )
-    parser.add_argument(
-        "--namesrv", required=True, type=namesrv_arg, help="name servers 'host:port;host:port'"
-    )
+    parser.add_namesrv()
     parser.add_argument("--topic", required=True, type=topic_arg, help="the topic to archive")
     parser.add_argument(
         "--output",
@@ -295,11 +293,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     highs, _ = _cluster_offsets(args.namesrv, args.topic)  # an unknown topic fails before Spark starts
 
-    from pyspark.sql import SparkSession
-
     import orbitmq_spark
 
-    spark = SparkSession.builder.appName(f"orbitmq-archive-{args.topic}").getOrCreate()
+    spark = spark_session(f"orbitmq-archive-{args.topic}")
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # the date partition is the UTC day
     orbitmq_spark.register(spark)
     try:

@@ -26,7 +26,7 @@ import grpc
 from orbitmq.client.admin import Admin
 from orbitmq.common.errors import OrbitError
 from orbitmq.v1.broker_pb2 import ErrorReason
-from orbitmq_spark.jobkit import UsageError, group_arg, namesrv_arg, run_job, topic_arg
+from orbitmq_spark.jobkit import JobArgumentParser, UsageError, group_arg, run_job, spark_session, topic_arg
 
 SCHEMA = (
     "at timestamp, group string, topic string, broker string, queue int, "
@@ -35,14 +35,12 @@ SCHEMA = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="lag_report.py",
+    parser = JobArgumentParser(
+        "lag_report",
         description="Append each consumer group's per-queue committed offset, max offset and lag "
         "to Parquet (partitioned by date); print a summary table and a JSON summary line.",
     )
-    parser.add_argument(
-        "--namesrv", required=True, type=namesrv_arg, help="name servers 'host:port;host:port'"
-    )
+    parser.add_namesrv()
     parser.add_argument(
         "--group",
         action="append",
@@ -116,9 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     at = datetime.now(UTC).replace(microsecond=0)
     found = asyncio.run(collect(args.namesrv, args.group, args.topic))
 
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName("orbitmq-lag-report").getOrCreate()
+    spark = spark_session("orbitmq-lag-report")
     try:
         data = [
             (

@@ -78,7 +78,7 @@ from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
-from orbitmq_spark.jobkit import UsageError, group_arg, namesrv_arg, run_job, topic_arg
+from orbitmq_spark.jobkit import JobArgumentParser, UsageError, group_arg, run_job, spark_session, topic_arg
 
 JOB = "redistribute_backlog"
 MARK_FROM = "orbitmqCopyFrom"
@@ -117,16 +117,14 @@ def _count(low: int, high: int) -> Any:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="redistribute_backlog.py",
+    parser = JobArgumentParser(
+        JOB,
         description="Copy a consumer group's unconsumed backlog of a topic onto a topic with more "
         "queues (per-sharding-key order kept), then move the group's offsets on the topic past "
         "it. Stop the group's consumers first; rerun as is after a failure (copies are marked, "
         "a rerun skips them). Prints a JSON summary line last.",
     )
-    parser.add_argument(
-        "--namesrv", required=True, type=namesrv_arg, help="name servers 'host:port;host:port'"
-    )
+    parser.add_namesrv()
     parser.add_argument("--topic", required=True, type=topic_arg, help="the backlogged topic")
     parser.add_argument(
         "--group",
@@ -495,15 +493,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plan = asyncio.run(prepare(args))
     sent = skipped = 0
     if plan.backlog:  # nothing to copy (a rerun after success): no Spark at all
-        from pyspark.sql import SparkSession
-
         import orbitmq_spark
 
-        spark = (
-            SparkSession.builder.appName("orbitmq-redistribute-backlog")
-            .config("spark.task.maxFailures", "1")  # the job's rerun is the retry (module docstring)
-            .getOrCreate()
-        )
+        # Task retries off: the job's rerun is the retry (module docstring).
+        spark = spark_session("orbitmq-redistribute-backlog", {"spark.task.maxFailures": "1"})
         try:
             orbitmq_spark.register(spark)
             read_copied(spark, args, plan)

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from orbitmq.common.errors import OrbitError
-from orbitmq_spark.jobkit import UsageError, namesrv_arg, run_job, topic_arg
+from orbitmq_spark.jobkit import JobArgumentParser, UsageError, run_job, spark_session, topic_arg
 
 
 class QueryFailedError(Exception):
@@ -34,14 +34,12 @@ class QueryFailedError(Exception):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="stream_copy.py",
+    parser = JobArgumentParser(
+        "stream_copy",
         description="Copy a topic's messages into Parquet with a checkpointed streaming query "
         "(exactly once across kills and restarts); print a JSON summary line when it ends.",
     )
-    parser.add_argument(
-        "--namesrv", required=True, type=namesrv_arg, help="name servers 'host:port;host:port'"
-    )
+    parser.add_namesrv()
     parser.add_argument("--topic", required=True, type=topic_arg, help="the topic to copy")
     parser.add_argument("--output", required=True, help="Parquet directory of the file sink")
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
@@ -87,11 +85,9 @@ def _check_topic(namesrv: str, topic: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     _check_topic(args.namesrv, args.topic)
-    from pyspark.sql import SparkSession
-
     import orbitmq_spark
 
-    spark = SparkSession.builder.appName(f"orbitmq-stream-copy-{args.topic}").getOrCreate()
+    spark = spark_session(f"orbitmq-stream-copy-{args.topic}")
     orbitmq_spark.register(spark)
     try:
         reader = (
