@@ -3,7 +3,9 @@
 
 Each flag also reads an ``ORBITMQ_OPERATOR_*`` environment variable (shown in ``--help``), so a
 Deployment can configure it either way. Leader election is kopf peering (see
-:mod:`orbitmq_operator.peering`); ``--standalone`` runs without it (one replica, or tests).
+:mod:`orbitmq_operator.peering`): the operator waits at start for its peering object, which the
+chart (or ``--print-peering | kubectl apply -f -``) creates; ``--standalone`` runs without it
+(one replica, or tests).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import yaml
 from orbitmq_operator import metrics
 from orbitmq_operator.builders.errors import SpecError
 from orbitmq_operator.config import ENV_PREFIX, NamesrvMode, OperatorConfig, parse_overrides
-from orbitmq_operator.peering import ensure_peering, peering_crds
+from orbitmq_operator.peering import (
+    PEERING_WAIT_S,
+    PeeringMissing,
+    missing_peerings,
+    peering_crds,
+    peering_objects,
+    wait_for_peering,
+)
 
 PRIORITY_RANGE = (1, 1_000_000)
 """Random priorities from here: two replicas colliding on one is a one-in-a-million chance."""
@@ -52,7 +61,19 @@ PRIORITY_RANGE = (1, 1_000_000)
     help="<namespace>/<cluster>=<host:port>: a fixed name-server address for one cluster.",
 )
 @click.option(
+    "--peering-wait-s",
+    type=float,
+    default=PEERING_WAIT_S,
+    help="How long to wait at start for the peering object (the chart creates it) before exiting 2.",
+)
+@click.option(
     "--print-peering-crds", is_flag=True, help="Print the peering CRDs (kubectl apply -f -) and exit."
+)
+@click.option(
+    "--print-peering",
+    is_flag=True,
+    help="Print the peering object(s) of --peering for --namespace/--all-namespaces (kubectl apply "
+    "-f -) and exit: for an install without the chart.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(
@@ -65,7 +86,9 @@ def main(
     liveness: str,
     namesrv_mode: str,
     namesrv_overrides: tuple[str, ...],
+    peering_wait_s: float,
     print_peering_crds: bool,
+    print_peering: bool,
     verbose: bool,
 ) -> None:
     """Run the orbitmq operator (clusters, topics, consumer groups, failover)."""
@@ -74,6 +97,9 @@ def main(
         return
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("give either --namespace (one or more) or --all-namespaces")
+    if print_peering:
+        click.echo(yaml.safe_dump_all(peering_objects(peering, namespaces), sort_keys=False), nl=False)
+        return
     try:
         overrides = parse_overrides(",".join(namesrv_overrides))
     except SpecError as error:
@@ -85,7 +111,7 @@ def main(
     )
     kopf.configure(verbose=verbose)
     if not standalone:
-        _ensure_peering(peering, namespaces)
+        _await_peering(peering, namespaces, peering_wait_s)
     if metrics_port:
         metrics.serve(metrics_port)
     import orbitmq_operator.handlers  # noqa: F401  (registers the handlers with kopf)
@@ -101,17 +127,20 @@ def main(
     )
 
 
-def _ensure_peering(name: str, namespaces: tuple[str, ...]) -> None:
+def _await_peering(name: str, namespaces: tuple[str, ...], timeout_s: float) -> None:
     from lightkube import ApiError, Client, KubeConfig
 
     try:
         with Client(config=KubeConfig.from_env()) as client:
-            ensure_peering(client, name, namespaces)
+            wait_for_peering(lambda: missing_peerings(client, name, namespaces), timeout_s)
+    except PeeringMissing as error:
+        click.echo(str(error), err=True)
+        sys.exit(2)
     except ApiError as error:
         hint = "install the peering CRDs (orbitmq-operator --print-peering-crds | kubectl apply -f -)"
         if error.status.code != 404:
-            hint = "check the operator's RBAC for kopf.dev peerings"
-        click.echo(f"cannot create peering object {name!r}: {error.status.message}; {hint}", err=True)
+            hint = "check the operator's RBAC for kopf.dev peerings (get)"
+        click.echo(f"cannot read peering object {name!r}: {error.status.message}; {hint}", err=True)
         sys.exit(2)
 
 

@@ -19,8 +19,8 @@ Least privilege, derived from what the code calls (``reconcile/``, ``handlers/``
 * **Events**: created (kopf posts them; it never patches one).
 * **Peering** (``kopf.dev``, see :mod:`orbitmq_operator.peering`): ``KopfPeering`` objects in
   the watched namespaces, or the ``ClusterKopfPeering`` when watching all of them: listed,
-  watched, patched (keep-alives in their status), created (the operator makes its peering
-  object at start when missing).
+  read, watched, patched (keep-alives in their status); never created: the chart owns them and
+  the operator waits for its own at start.
 * **kopf's cluster observation**: CRDs listed and watched (it notices CRDs appearing or
   changing); namespaces listed and watched when watching some namespaces (kopf matches its
   ``--namespace`` patterns against them; with ``--all-namespaces`` it does not look). Without
@@ -77,7 +77,7 @@ def namespaced_rules(*, clusterwide: bool = False) -> list[Rule]:
         _rule("", ["events"], ["create"]),
     ]
     if not clusterwide:
-        rules.append(_rule(PEERING_GROUP, ["kopfpeerings"], ["list", "watch", "patch", "create"]))
+        rules.append(_rule(PEERING_GROUP, ["kopfpeerings"], ["get", "list", "watch", "patch"]))
     return rules
 
 
@@ -96,7 +96,7 @@ def cluster_rules(*, clusterwide: bool = False) -> list[Rule]:
     """The rules on cluster-scoped objects (a ClusterRole whatever is watched)."""
     rules = [_rule("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])]
     if clusterwide:
-        rules.append(_rule(PEERING_GROUP, ["clusterkopfpeerings"], ["list", "watch", "patch", "create"]))
+        rules.append(_rule(PEERING_GROUP, ["clusterkopfpeerings"], ["get", "list", "watch", "patch"]))
     else:
         rules.append(_rule("", ["namespaces"], ["list", "watch"]))
     return rules

@@ -1,6 +1,7 @@
-"""``orbitmq-operator`` as a user runs it: a process logging in with ``$KUBECONFIG``, creating
-its kopf peering object, serving Prometheus metrics; a second replica of lower priority stays
-paused while the first one acts, and takes over when it stops (leader election by kopf peering)."""
+"""``orbitmq-operator`` as a user runs it: a process logging in with ``$KUBECONFIG``, waiting for
+its kopf peering object (which it never creates: the chart, or ``--print-peering``, does),
+serving Prometheus metrics; a second replica of lower priority stays paused while the first one
+acts, and takes over when it stops (leader election by kopf peering)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,22 @@ def test_operator_command_with_peering_and_metrics(
     leader, port = start(k8s_cluster, namespace, 100, tmp_path / "leader.log")
     follower = None
     try:
+        k8s_cluster.wait_for(
+            "the operator waiting for its peering object",
+            lambda: "waiting for peering object(s) KopfPeering" in (tmp_path / "leader.log").read_text(),
+            timeout=60,
+        )
+        time.sleep(2)
+        assert leader.poll() is None, (tmp_path / "leader.log").read_text()[-3000:]
+        absent = k8s_cluster.kubectl("get", "kopfpeerings.kopf.dev", "-n", namespace, "-o", "name").stdout
+        assert absent.strip() == "", "the operator must not create its peering object (the chart owns it)"
+        objects = subprocess.run(
+            [str(OPERATOR), "-n", namespace, "--peering", "orbitmq-operator", "--print-peering"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        k8s_cluster.kubectl("apply", "-f", "-", input=objects.stdout)
         k8s_cluster.apply(cluster_cr("demo", brokers={"storage": {"size": "1Gi"}}), namespace=namespace)
         wait_condition(k8s_cluster, namespace, "orbitmqclusters", "demo", "Ready", "False", "BrokersNotReady")
         assert [p["priority"] for p in peering_status(k8s_cluster, namespace).values()] == [100]

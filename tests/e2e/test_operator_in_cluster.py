@@ -249,6 +249,14 @@ def test_two_operator_replicas_in_pods_one_acts_the_other_takes_over(
     account = f"orbitmq-operator-{ns}"  # its ClusterRoles are cluster-wide: one name per test
     grants = rbac_manifests(ns, [ns], name=account)
     k8s.apply(*grants)
+    # the peering object, as the chart makes it (the operator only waits for it)
+    peering = subprocess.run(
+        [str(VENV_BIN / "orbitmq-operator"), "-n", ns, "--peering", PEERING, "--print-peering"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    k8s.kubectl("apply", "-f", "-", input=peering)
     host_volumes(k8s, ns, CLUSTER, groups=2, replicas=1, root=tmp_path / "volumes")
     pods: dict[str, dict[str, Any]] = {}
     try:

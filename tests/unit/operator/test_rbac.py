@@ -153,9 +153,10 @@ def test_kopf_can_serve_every_handler(grants: dict[tuple[str, str], set[str]]) -
 
 def test_peering_and_observation_per_mode() -> None:
     some, every = MODES["namespaces"], MODES["all-namespaces"]
-    assert {"list", "watch", "patch", "create"} <= some[("kopf.dev", "kopfpeerings")]
+    # read, watched and patched; never created: the chart owns the peering objects
+    assert some[("kopf.dev", "kopfpeerings")] == {"get", "list", "watch", "patch"}
     assert ("kopf.dev", "clusterkopfpeerings") not in some
-    assert {"list", "watch", "patch", "create"} <= every[("kopf.dev", "clusterkopfpeerings")]
+    assert every[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
     assert ("kopf.dev", "kopfpeerings") not in every
     assert some[("", "namespaces")] == {"list", "watch"}
     assert ("", "namespaces") not in every  # kopf does not look at namespaces then
