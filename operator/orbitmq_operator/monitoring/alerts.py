@@ -280,15 +280,15 @@ CONSUMERS = (
     Alert(
         "OrbitMQQueueLockContention",
         """
-        sum by (namespace, broker) (rate(orbitmq_queue_lock_events_total{event="rejected"}[5m]))
+        sum by (namespace, broker, group) (rate(orbitmq_queue_lock_events_total{event="rejected"}[5m]))
         > 0
         """,
         "15m",
         "warning",
         "Clients keep asking for queue locks another client holds",
-        """Broker {{ $labels.broker }} has rejected queue-lock requests for 15 minutes
-        ({{ $value | printf "%.2f" }} per second): orderly consumers of a group disagree on who
-        consumes which queue.""",
+        """Broker {{ $labels.broker }} has rejected queue-lock requests of consumer group
+        {{ $labels.group }} for 15 minutes ({{ $value | printf "%.2f" }} per second): its orderly
+        consumers disagree on who consumes which queue.""",
     ),
 )
 

@@ -56,6 +56,9 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
 """(name, label, query) of the query variables every dashboard has, besides ``datasource``."""
 
 TAG = "orbitmq"
+CLIENT_DETAIL = "Consumers' own view (where they export metrics)"
+"""The row of panels read only from client-side families (a consumer started with a metrics
+port): the last of a dashboard, after the panels the brokers' series fill for every consumer."""
 B = 'broker=~"$broker"'
 T = 'topic=~"$topic"'
 G = 'group=~"$group"'
@@ -150,6 +153,20 @@ def _group_lag() -> str:
     step groups them into 20 sums, not 8 000 maxima."""
     lag = f"orbitmq_consumer_lag{{{B}, {T}, {G}}}"
     return f"max by (group, broker) (sum by (group, broker, instance) ({lag}))"
+
+
+def _membership_changes() -> Panel:
+    """Joins, leaves and expiries per group (broker view), on two dashboards."""
+    return ts(
+        "Membership changes",
+        Query(
+            f"max by (group, change) (increase(orbitmq_consumer_membership_changes_total{{{B}, {G}}}{RI}))",
+            "{{group}} {{change}}",
+        ),
+        description="Clients that joined, left (closed, unregistered) or expired (silent for the "
+        "broker's channel_expiry_ms) per group. Every broker a client heartbeats counts it: the "
+        "largest figure of the brokers.",
+    )
 
 
 def _per_broker(family: str) -> str:
@@ -400,13 +417,7 @@ def topics_and_groups() -> list[tuple[str, list[Panel]]]:
                     ),
                     unit="ops",
                 ),
-                ts(
-                    "Membership changes pushed",
-                    Query(
-                        _increase(f"orbitmq_consumer_membership_changes_total{{{B}, {G}}}", "group"),
-                        "{{group}}",
-                    ),
-                ),
+                _membership_changes(),
             ],
         ),
         (
@@ -493,6 +504,9 @@ def topics_and_groups() -> list[tuple[str, list[Panel]]]:
 
 
 def locks_and_rebalances() -> list[tuple[str, list[Panel]]]:
+    """The broker's view first (it sees every consumer, also those that export no metrics:
+    ``orbitmq consume``, most applications), then the consumers' own figures in a
+    last row, as detail where they export them."""
     owners = f"orbitmq_queue_lock_owner{{{B}, {T}, {G}}}"
     return [
         (
@@ -518,21 +532,22 @@ def locks_and_rebalances() -> list[tuple[str, list[Panel]]]:
                 ts(
                     "Locked queues per client",
                     Query(f"count by (group, client) ({owners})", "{{group}} {{client}}"),
-                    description="Broker view; a queue moving between clients shows as a step down and up.",
+                    Query(
+                        f"sum by (group, client) (orbitmq_client_locked_queues{{{G}, {T}}})",
+                        "{{group}} {{client}} (client view)",
+                    ),
+                    description="Broker view; a queue moving between clients shows as a step down and "
+                    "up. Where consumers export metrics, their own view too (client view).",
                 ),
                 ts(
                     "Lock events",
-                    Query(_rate(f"orbitmq_queue_lock_events_total{{{B}}}", "event"), "{{event}}"),
-                    unit="ops",
-                    description="Acquired, renewed, expired (holder stopped renewing) and rejected (held by "
-                    "another client).",
-                ),
-                ts(
-                    "Locked queues (client view)",
                     Query(
-                        f"sum by (group, client) (orbitmq_client_locked_queues{{{G}, {T}}})",
-                        "{{group}} {{client}}",
+                        _rate(f"orbitmq_queue_lock_events_total{{{B}, {G}}}", "group, event"),
+                        "{{group}} {{event}}",
                     ),
+                    unit="ops",
+                    description="Queues acquired, renewed, expired (holder stopped renewing) and rejected "
+                    "(held by another client), per group.",
                 ),
             ],
         ),
@@ -540,12 +555,36 @@ def locks_and_rebalances() -> list[tuple[str, list[Panel]]]:
             "Rebalances",
             [
                 ts(
+                    "Group members",
+                    Query(f"max by (group) (orbitmq_consumer_connections{{{B}, {G}}})", "{{group}}"),
+                    description="Clients online in each consumer group, as the brokers see them (their "
+                    "heartbeats): the member list every client's rebalance divides the queues by.",
+                ),
+                _membership_changes(),
+                ts(
+                    "Rebalances pushed",
+                    Query(
+                        f"max by (group) (increase(orbitmq_rebalance_notifications_total{{{B}, {G}}}{RI}))",
+                        "{{group}}",
+                    ),
+                    description="Consumer-ids-changed notifications the brokers pushed after a membership "
+                    "change: each makes one member rebalance at once (members also rebalance on their "
+                    "own timer). The largest figure of the brokers (each tells the members it has a "
+                    "session with).",
+                ),
+            ],
+        ),
+        (
+            CLIENT_DETAIL,
+            [
+                ts(
                     "Rebalance events by outcome",
                     Query(
                         _increase(f"orbitmq_rebalance_events_total{{{G}, {T}}}", "group, outcome"),
                         "{{group}} {{outcome}}",
                     ),
-                    description="no_client_list: no master listed this client; it kept its queues.",
+                    description="Rebalances the consumers ran, by outcome. no_client_list: no master "
+                    "listed this client; it kept its queues.",
                 ),
                 ts(
                     "Queues per client",

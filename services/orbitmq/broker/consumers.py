@@ -4,11 +4,16 @@ Consumers heartbeat their groups and subscriptions; a group's member list feeds 
 rebalance. When membership changes, every member with an open session is told at once so it
 rebalances without waiting for its 20 s timer. A client whose session closes leaves at once; a
 client silent for ``expiry_ms`` is swept.
+
+The registry counts what it sees per group (:attr:`ClientRegistry.membership_changes`,
+:attr:`ClientRegistry.rebalance_notifications`): the broker's metrics then show every join,
+leave and pushed rebalance, also of consumers that export no metrics themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,6 +25,17 @@ log = logging.getLogger(__name__)
 
 SESSION_QUEUE_LIMIT = 1024
 """Events queued for a slow session before the oldest are dropped (they are hints, not data)."""
+
+
+class MembershipChange(enum.Enum):
+    """How a client's membership of a consumer group changed (the metric's ``change`` label)."""
+
+    JOINED = "joined"
+    """Its heartbeat named the group for the first time (or again after it left)."""
+    LEFT = "left"
+    """It unregistered, its heartbeat stopped naming the group, or its session closed."""
+    EXPIRED = "expired"
+    """It was silent for ``expiry_ms``."""
 
 
 @dataclass(slots=True)
@@ -50,6 +66,15 @@ class ClientRegistry:
         self._expiry_ms = expiry_ms
         self._clients: dict[str, ClientInfo] = {}
         self._sessions: dict[str, Session] = {}
+        self.membership_changes: dict[tuple[str, MembershipChange], int] = {}
+        """Clients per (group, change) since the start, exported as metrics."""
+        self.rebalance_notifications: dict[str, int] = {}
+        """Consumer-ids-changed events queued per group since the start (one per member told)."""
+
+    def _count(self, groups: Iterable[str], change: MembershipChange) -> None:
+        for group in groups:
+            key = (group, change)
+            self.membership_changes[key] = self.membership_changes.get(key, 0) + 1
 
     # -- membership ----------------------------------------------------------------------------
 
@@ -69,7 +94,10 @@ class ClientRegistry:
         info.producers = set(producers)
         before = set(info.consumers)
         info.consumers = {data.group: data for data in consumers}
-        return before ^ set(info.consumers)
+        after = set(info.consumers)
+        self._count(after - before, MembershipChange.JOINED)
+        self._count(before - after, MembershipChange.LEFT)
+        return before ^ after
 
     def unregister(self, client_id: str, producer_group: str, consumer_group: str) -> set[str]:
         info = self._clients.get(client_id)
@@ -77,13 +105,17 @@ class ClientRegistry:
             return set()
         info.producers.discard(producer_group)
         changed = {consumer_group} if info.consumers.pop(consumer_group, None) is not None else set()
+        self._count(changed, MembershipChange.LEFT)
         if not info.producers and not info.consumers:
             del self._clients[client_id]
         return changed
 
-    def remove_client(self, client_id: str) -> set[str]:
+    def remove_client(self, client_id: str, change: MembershipChange = MembershipChange.LEFT) -> set[str]:
+        """Forget a client (its session closed, or it expired); returns the groups it left."""
         info = self._clients.pop(client_id, None)
-        return set(info.consumers) if info else set()
+        groups = set(info.consumers) if info else set()
+        self._count(groups, change)
+        return groups
 
     def sweep(self) -> tuple[list[str], set[str]]:
         """Drop clients silent for too long; returns (their ids, groups that changed)."""
@@ -91,7 +123,7 @@ class ClientRegistry:
         expired = [c for c, i in self._clients.items() if now - i.last_heartbeat_ms >= self._expiry_ms]
         changed: set[str] = set()
         for client_id in expired:
-            changed |= self.remove_client(client_id)
+            changed |= self.remove_client(client_id, MembershipChange.EXPIRED)
             log.info("client %s expired after %d ms without heartbeat", client_id, self._expiry_ms)
         return expired, changed
 
@@ -112,6 +144,15 @@ class ClientRegistry:
 
     def consumer_groups(self) -> set[str]:
         return {group for info in self._clients.values() for group in info.consumers}
+
+    def members_per_group(self) -> dict[str, int]:
+        """Clients online in each group, 0 for a group whose members have all left (a series
+        that vanished at 0 would end a graph's line instead of drawing the drop)."""
+        members = {group: 0 for group, _ in self.membership_changes}
+        for info in self._clients.values():
+            for group in info.consumers:
+                members[group] = members.get(group, 0) + 1
+        return members
 
     def producer_clients(self, group: str) -> list[str]:
         return sorted(c for c, info in self._clients.items() if group in info.producers)
@@ -145,11 +186,15 @@ class ClientRegistry:
             event = broker_pb2.ServerEvent(
                 consumer_ids_changed=broker_pb2.ConsumerIdsChanged(consumer_group=group)
             )
+            told = 0
             for client_id in self.consumer_ids(group):
                 session = self._sessions.get(client_id)
                 if session is not None:
                     session.push(event)
-                    sent += 1
+                    told += 1
+            if told:
+                self.rebalance_notifications[group] = self.rebalance_notifications.get(group, 0) + told
+            sent += told
         return sent
 
     def push_to_group(self, group: str, event: broker_pb2.ServerEvent) -> int:

@@ -3,10 +3,14 @@
 An orderly consumer may only consume a queue it holds locked on the master. A lock belongs to
 one client of one group and lapses ``expiry_ms`` after its last renewal, so a crashed client's
 queues free themselves; its owner renews by locking again.
+
+Every lock event is counted per group (:attr:`LockTable.events`), so the broker's metrics show
+who takes, keeps and loses queues whether or not the consumers export metrics of their own.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -14,6 +18,19 @@ from orbitmq.common.clock import Clock
 
 QueueKey = tuple[str, str, int]
 """(topic, broker name, queue id)."""
+
+
+class LockEvent(enum.Enum):
+    """What a lock request or a sweep did to one queue's lock (the metric's ``event`` label)."""
+
+    ACQUIRED = "acquired"
+    """A client took a free (or lapsed) lock."""
+    RENEWED = "renewed"
+    """Its owner locked it again."""
+    REJECTED = "rejected"
+    """Another client holds it."""
+    EXPIRED = "expired"
+    """Its owner stopped renewing it for ``expiry_ms``."""
 
 
 @dataclass(slots=True)
@@ -27,8 +44,13 @@ class LockTable:
         self._clock = clock
         self._expiry_ms = expiry_ms
         self._groups: dict[str, dict[QueueKey, LockEntry]] = {}
-        self.acquired = self.renewed = self.rejected = self.expired = 0
-        """Event counts, exported as metrics."""
+        self.events: dict[tuple[str, LockEvent], int] = {}
+        """Queues per (group, event) since the start, exported as metrics."""
+
+    def _count(self, group: str, event: LockEvent, queues: int = 1) -> None:
+        if queues:
+            key = (group, event)
+            self.events[key] = self.events.get(key, 0) + queues
 
     def _live(self, entry: LockEntry | None, now: int) -> bool:
         return entry is not None and now - entry.last_update_ms < self._expiry_ms
@@ -42,16 +64,16 @@ class LockTable:
             entry = table.get(queue)
             if entry is not None and entry.client_id == client_id:
                 entry.last_update_ms = now
-                self.renewed += 1
+                self._count(group, LockEvent.RENEWED)
                 held.append(queue)
             elif not self._live(entry, now):
                 if entry is not None:
-                    self.expired += 1
+                    self._count(group, LockEvent.EXPIRED)
                 table[queue] = LockEntry(client_id, now)
-                self.acquired += 1
+                self._count(group, LockEvent.ACQUIRED)
                 held.append(queue)
             else:
-                self.rejected += 1
+                self._count(group, LockEvent.REJECTED)
         return held
 
     def unlock_batch(self, group: str, client_id: str, queues: Iterable[QueueKey]) -> int:
@@ -80,11 +102,12 @@ class LockTable:
     def sweep(self) -> int:
         """Forget lapsed locks; returns how many."""
         now, dropped = self._clock.now_ms(), 0
-        for table in self._groups.values():
-            for queue in [q for q, e in table.items() if not self._live(e, now)]:
+        for group, table in self._groups.items():
+            lapsed = [q for q, e in table.items() if not self._live(e, now)]
+            for queue in lapsed:
                 del table[queue]
-                dropped += 1
-        self.expired += dropped
+            self._count(group, LockEvent.EXPIRED, len(lapsed))
+            dropped += len(lapsed)
         return dropped
 
     def snapshot(self) -> list[tuple[str, QueueKey, str]]:

@@ -8,6 +8,7 @@ families when scraped; the store keeps its own fsync tally, since it imports no 
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from prometheus_client.utils import floatToGoString
 from orbitmq.common.tally import LatencyTally
 
 if TYPE_CHECKING:
+    from orbitmq.broker.consumers import ClientRegistry
+    from orbitmq.broker.locks import LockTable
     from orbitmq.broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -36,12 +39,6 @@ class BrokerMetrics:
             "orbitmq_broker_role_changes_total",
             "Role changes applied (promoted, demoted): failovers seen by this broker",
             ["broker", "change"],
-            registry=registry,
-        )
-        self.membership_pushes = Counter(
-            "orbitmq_consumer_membership_changes_total",
-            "Consumer group membership changes pushed to clients",
-            ["group", "broker"],
             registry=registry,
         )
 
@@ -160,20 +157,6 @@ class BrokerStateCollector(Collector):
                 lag.add_metric(labels, max(0, b.store.max_offset_in_queue(topic, queue_id) - offset))
         yield committed
         yield lag
-        owners = GaugeMetricFamily(
-            "orbitmq_queue_lock_owner",
-            "1 while the client holds the queue lock",
-            labels=["group", "topic", "broker", "queue", "client"],
-        )
-        for group, (topic, broker_name, queue_id), client in b.locks.snapshot():
-            owners.add_metric([group, topic, broker_name, str(queue_id), client], 1)
-        yield owners
-        events = CounterMetricFamily(
-            "orbitmq_queue_lock_events", "Queue lock events", labels=["event", "broker"]
-        )
-        for event in ("acquired", "renewed", "rejected", "expired"):
-            events.add_metric([event, name], getattr(b.locks, event))
-        yield events
         yield GaugeMetricFamily("orbitmq_long_polls_held", "Pulls waiting for messages", value=b.holds.held)
         role = GaugeMetricFamily(
             "orbitmq_broker_role",
@@ -225,6 +208,69 @@ class BrokerStateCollector(Collector):
         flushes.add_metric([name], histogram_buckets(tally), sum_value=tally.total_seconds)
         yield flushes
         yield from _disk_gauges(commitlog.directory, name)
+
+
+class ConsumerGroupCollector(Collector):
+    """What the broker sees of its consumer groups, read from the client registry and the lock
+    table when scraped: members online, membership changes and the rebalances they pushed, the
+    owner of each queue lock and the lock events. The broker sees every consumer, so these
+    series exist whether or not the consumers export metrics of their own (``orbitmq consume``
+    and most applications do not); the client-side families add detail where they do.
+
+    Every broker a client heartbeats counts its joins and leaves (a master and its slaves, each
+    broker group): a dashboard takes the largest figure per group, not the sum.
+    """
+
+    def __init__(self, broker_name: str, clients: ClientRegistry, locks: LockTable) -> None:
+        self._name = broker_name
+        self._clients = clients
+        self._locks = locks
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        name, clients = self._name, self._clients
+        members = GaugeMetricFamily(
+            "orbitmq_consumer_connections",
+            "Clients online in the consumer group (heartbeating this broker)",
+            labels=["group", "broker"],
+        )
+        for group, count in sorted(clients.members_per_group().items()):
+            members.add_metric([group, name], count)
+        yield members
+        changes = CounterMetricFamily(
+            "orbitmq_consumer_membership_changes",
+            "Clients that joined, left or expired from the consumer group",
+            labels=["group", "change", "broker"],
+        )
+        for (group, change), count in sorted(clients.membership_changes.items(), key=_by_value):
+            changes.add_metric([group, change.value, name], count)
+        yield changes
+        pushed = CounterMetricFamily(
+            "orbitmq_rebalance_notifications",
+            "Consumer-ids-changed notifications pushed to group members: each makes one rebalance now",
+            labels=["group", "broker"],
+        )
+        for group, count in sorted(clients.rebalance_notifications.items()):
+            pushed.add_metric([group, name], count)
+        yield pushed
+        owners = GaugeMetricFamily(
+            "orbitmq_queue_lock_owner",
+            "1 while the client holds the queue lock",
+            labels=["group", "topic", "broker", "queue", "client"],
+        )
+        for group, (topic, broker_name, queue_id), client in self._locks.snapshot():
+            owners.add_metric([group, topic, broker_name, str(queue_id), client], 1)
+        yield owners
+        events = CounterMetricFamily(
+            "orbitmq_queue_lock_events", "Queue lock events", labels=["group", "event", "broker"]
+        )
+        for (group, event), count in sorted(self._locks.events.items(), key=_by_value):
+            events.add_metric([group, event.value, name], count)
+        yield events
+
+
+def _by_value(item: tuple[tuple[str, enum.Enum], int]) -> tuple[str, str]:
+    (group, kind), _ = item
+    return group, kind.value
 
 
 def _disk_gauges(directory: Path, broker: str) -> Iterator[GaugeMetricFamily]:

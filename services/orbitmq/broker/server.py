@@ -31,7 +31,13 @@ from orbitmq.broker.ha import (
 )
 from orbitmq.broker.locks import LockTable
 from orbitmq.broker.long_polling import PullHolds
-from orbitmq.broker.metrics import BrokerMetrics, BrokerStateCollector, PopCollector, TimerCollector
+from orbitmq.broker.metrics import (
+    BrokerMetrics,
+    BrokerStateCollector,
+    ConsumerGroupCollector,
+    PopCollector,
+    TimerCollector,
+)
 from orbitmq.broker.pop.service import PopService
 from orbitmq.broker.reput import detour
 from orbitmq.broker.schedule import ScheduleService
@@ -179,6 +185,7 @@ class Broker:
         self.service.add_queue_listener(self.timer.notify_append)
         self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
+        self.grpc.registry.register(ConsumerGroupCollector(settings.broker_name, self.clients, self.locks))
         self.grpc.registry.register(PopCollector(self))
         self.grpc.registry.register(TimerCollector(self))
         await self.grpc.start()
@@ -499,8 +506,8 @@ class Broker:
     # -- consumers -----------------------------------------------------------------------------
 
     def membership_changed(self, groups: set[str]) -> None:
-        for group in groups:
-            self.metrics.membership_pushes.labels(group, self.settings.broker_name).inc()
+        """Tell the members of groups whose membership changed to rebalance (counted per group
+        by the registry, as the broker's rebalance-notification metric)."""
         self.clients.notify_changed(groups)
 
     def client_gone(self, client_id: str) -> None:

@@ -139,7 +139,7 @@ async def test_metrics_families(cluster: tuple[NameServer, RunningBroker]) -> No
         'orbitmq_consumer_offset{broker="broker-a",group="CG",queue="0",topic="Metered"} 0.0',
         'orbitmq_consumer_lag{broker="broker-a",group="CG",queue="0",topic="Metered"} 1.0',
         'orbitmq_queue_lock_owner{broker="broker-a",client="c1",group="CG",queue="0",topic="Metered"} 1.0',
-        'orbitmq_queue_lock_events_total{broker="broker-a",event="acquired"} 1.0',
+        'orbitmq_queue_lock_events_total{broker="broker-a",event="acquired",group="CG"} 1.0',
         'orbitmq_messages_put_total{broker="broker-a",topic="Metered"} 1.0',
         'orbitmq_messages_got_total{broker="broker-a",group="CG",topic="Metered"} 1.0',
         "orbitmq_send_latency_seconds_count",

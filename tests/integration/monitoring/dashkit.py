@@ -84,6 +84,24 @@ def panel_targets(dashboard: Mapping[str, Any]) -> list[tuple[str, Mapping[str, 
     return found
 
 
+def panel_rows(dashboard: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(row title, panel title, expr) of every query :func:`panel_targets` lists, in the same
+    order: a panel belongs to the last row above it ('' before the first), or to the collapsed
+    row holding it."""
+    found = []
+    row = ""
+    for panel in dashboard.get("panels") or []:
+        if panel.get("type") == "row":
+            row = panel.get("title", "")
+        for inner in [panel, *(panel.get("panels") or [])]:
+            for target in inner.get("targets") or []:
+                if target.get("expr") and not target.get("hide"):
+                    found.append((row, inner.get("title", ""), target["expr"]))
+    if [(title, expr) for _, title, expr in found] != panel_queries(dashboard):
+        raise AssertionError("dashkit.panel_rows and queries.panel_queries disagree; align them")
+    return found
+
+
 def load_dashboards(directory: Path = DASHBOARDS) -> dict[str, dict[str, Any]]:
     """{file name: dashboard JSON} of every generated dashboard, sorted by name."""
     return {path.name: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}
