@@ -372,3 +372,118 @@ def test_a_leftover_name_server_on_the_port_is_named(tmp_path: Path) -> None:
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert f"port {port}" in line and f"PID {leftover.pid}" in line and f"kill {leftover.pid}" in line
+
+
+def _free_base(span: int) -> int:
+    """A port p with p .. p + span all free now (so the ports derived from it are free too)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        held = [socket.socket() for _ in range(span + 1)]
+        try:
+            for offset, sock in enumerate(held):
+                sock.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+        return base
+    raise AssertionError("no run of free ports found")
+
+
+def _ports_only(data_dir: Path, namesrv_port: int, broker_port: int) -> list[str]:
+    """``local up`` given only its two ports, as a user starting a second cluster does."""
+    return [
+        sys.executable,
+        "-m",
+        "orbitmq.cli.main",
+        "local",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--namesrv-port",
+        str(namesrv_port),
+        "--broker-port",
+        str(broker_port),
+        "--segment-mib",
+        "5",
+    ]
+
+
+def _up_at(
+    data_dir: Path, namesrv_port: int, broker_port: int
+) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    process = subprocess.Popen(
+        [*_ports_only(data_dir, namesrv_port, broker_port), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        process.wait(30)
+        raise AssertionError(process.stderr.read() if process.stderr else "no output")
+    return process, json.loads(line)
+
+
+def _metrics_port(info: dict[str, object], component: str) -> int:
+    url = str(info["components"][component]["metrics"])  # type: ignore[index]
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def test_two_clusters_given_only_their_ports_and_a_clash_names_port_and_owner(tmp_path: Path) -> None:
+    """The metrics ports follow --namesrv-port/--broker-port, so a second cluster given only
+    those starts beside the first; a third that wants a port of the first is told which port,
+    for what, and which process of which cluster has it (not that its own new data directory
+    is in use)."""
+    ns_a, br_a, ns_b, br_b = _free_base(1), _free_base(2), _free_base(1), _free_base(2)
+    a, info_a = _up_at(tmp_path / "a", ns_a, br_a)
+    try:
+        assert _metrics_port(info_a, "namesrv") == ns_a + 1
+        assert _metrics_port(info_a, "broker broker-a") == br_a + 2
+        b, info_b = _up_at(tmp_path / "b", ns_b, br_b)
+        try:
+            assert _metrics_port(info_b, "broker broker-a") == br_b + 2
+        finally:
+            assert _stop(b)[0] == 0
+        clash = subprocess.run(
+            _ports_only(tmp_path / "c", _free_base(1), br_a), capture_output=True, text=True, timeout=60
+        )
+    finally:
+        assert _stop(a)[0] == 0
+    assert clash.returncode == 1
+    [line] = clash.stderr.strip().splitlines()
+    broker_pid = _pids(info_a)["broker broker-a"]
+    assert f"port {br_a} (broker broker-a, --broker-port) is taken by PID {broker_pid}" in line, line
+    assert f"another running `orbitmq local up` (PID {a.pid}, data in {tmp_path / 'a'})" in line, line
+    assert "in use by" not in line and "kill" not in line, "a healthy cluster is not a leftover"
+
+
+def test_a_killed_broker_is_restarted_on_its_address_without_slaves(tmp_path: Path) -> None:
+    data_dir = tmp_path / "local"
+    process, info = _up(data_dir, "--segment-mib", "5")
+    try:
+        namesrv = str(info["namesrv"])
+        address = str(info["components"]["broker broker-a"]["address"])  # type: ignore[index]
+        assert asyncio.run(_send_and_read(namesrv, b"before")) == [b"before"]
+        killed = _pids(info)["broker broker-a"]
+        os.kill(killed, signal.SIGKILL)
+
+        def restarted() -> int | None:
+            run = json.loads((data_dir / "local-up.json").read_text())
+            pid = run["components"]["broker broker-a"]
+            return pid if pid != killed else None
+
+        deadline = time.monotonic() + 30
+        while not (new_pid := restarted()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert new_pid and process.poll() is None, "the supervisor restarted the broker and runs on"
+        assert asyncio.run(_send_and_read(namesrv, b"after")) == [b"before", b"after"]
+    finally:
+        code, _, err = _stop(process)
+    assert code == 0, err
+    assert "broker broker-a exited unexpectedly (exit code -9)" in err
+    assert f"restarting it on {address} (restart 1 of at most 3 in 60 s)" in err

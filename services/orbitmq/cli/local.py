@@ -30,10 +30,30 @@ def local() -> None:
     help=f"Where the brokers keep their data: the master in {MASTER_DIR}/ (with or without "
     "--slaves), slaves in broker-a-s1/ …; the next start continues on it.",
 )
-@click.option("--namesrv-port", type=click.IntRange(0, 65535), default=9876, show_default=True)
-@click.option("--broker-port", type=click.IntRange(0, 65535), default=10911, show_default=True)
-@click.option("--namesrv-metrics-port", type=click.IntRange(0, 65535), default=9877, show_default=True)
-@click.option("--broker-metrics-port", type=click.IntRange(0, 65535), default=10913, show_default=True)
+@click.option(
+    "--namesrv-port",
+    type=click.IntRange(0, 65535),
+    default=9876,
+    show_default=True,
+    help="0 picks a free port (printed when the cluster is up).",
+)
+@click.option(
+    "--broker-port",
+    type=click.IntRange(0, 65535),
+    default=10911,
+    show_default=True,
+    help="The master's port; slave N listens N x 10 above it.",
+)
+@click.option(
+    "--namesrv-metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Default: --namesrv-port + 1 (9877; any free port when that is 0).",
+)
+@click.option(
+    "--broker-metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Default: --broker-port + 2 (10913; any free port when that is 0); slave N + N x 10.",
+)
 @click.option(
     "--slaves",
     type=click.IntRange(0, 4),
@@ -66,16 +86,17 @@ def up(
     data_dir: Path,
     namesrv_port: int,
     broker_port: int,
-    namesrv_metrics_port: int,
-    broker_metrics_port: int,
+    namesrv_metrics_port: int | None,
+    broker_metrics_port: int | None,
     slaves: int,
     failover_after_ms: int,
     segment_mib: int,
     as_json: bool,
 ) -> None:
     """Start a name server and a broker (with --slaves, a master/slave group with failover);
-    stop them cleanly on Ctrl-C, SIGTERM or SIGHUP. If this process is killed, its children
-    get SIGTERM; a start that finds an earlier run's processes names their PIDs."""
+    stop them cleanly on Ctrl-C, SIGTERM or SIGHUP. A component that dies is restarted on its
+    address (at most 3 times a minute). If this process is killed, its children get SIGTERM; a
+    start that finds an earlier run's processes, or a port taken, names the PIDs."""
     cluster = LocalCluster(
         data_dir=data_dir.expanduser(),
         namesrv_port=namesrv_port,

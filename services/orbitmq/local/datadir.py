@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orbitmq.broker.ha import ROLE_FILE, RoleRecord, RoleState
-from orbitmq.common.procs import command_of, port_listeners
+from orbitmq.common.procs import command_of
 from orbitmq.common.server import StartupError
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import ConfigFileError, JsonConfigStore
@@ -153,10 +153,11 @@ def _is_orbitmq(pid: int) -> bool:
     return "orbitmq" in command_of(pid)
 
 
-def leftovers(data_dir: Path, ports: list[int]) -> list[tuple[str, int]]:
-    """Processes in the way of a start: the (name, PID) of an earlier run's supervisor and
-    children that are alive, of any process holding a broker directory's lock, and of orbitmq
-    processes listening on ``ports`` (those of a run older than the run file)."""
+def leftovers(data_dir: Path) -> list[tuple[str, int]]:
+    """Processes using ``data_dir``: the (name, PID) of an earlier run's supervisor and
+    children that are alive, and of any process holding a broker directory's lock. (Processes
+    on the ports this run wants are named by :func:`orbitmq.local.ports.taken_ports`: one may
+    belong to another cluster with its own data directory.)"""
     found: dict[int, str] = {}
     try:
         run = json.loads((data_dir / RUN_FILE).read_text())
@@ -169,10 +170,6 @@ def leftovers(data_dir: Path, ports: list[int]) -> list[tuple[str, int]]:
         holder = lock_holder(directory)
         if holder is not None and holder > 0:
             found.setdefault(holder, f"broker in {directory.name}")
-    for port in ports:
-        for pid in port_listeners(port):
-            if _is_orbitmq(pid):
-                found.setdefault(pid, f"orbitmq on port {port}")
     return [(name, pid) for pid, name in found.items()]
 
 

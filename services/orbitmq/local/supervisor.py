@@ -5,9 +5,12 @@ supervisor reads the one line each prints once it is serving, reports the endpoi
 Ctrl-C, SIGTERM or SIGHUP (the terminal closed) stops brokers before name servers (so brokers
 can unregister), waiting a bounded time before SIGKILL; if the supervisor itself is killed,
 its children get SIGTERM from the kernel (:mod:`orbitmq.local.lifeline`). A component that
-dies on its own stops the cluster with its exit code and its one-line error, rather than
-leaving half a cluster running. :mod:`orbitmq.local.datadir` decides which directory the
-master continues on and names processes an earlier run left behind.
+dies on its own is started again on the address it had (with ``--slaves``, the failover loop
+restarts brokers as slaves of the live master); one that keeps dying (more than
+:mod:`orbitmq.local.restarts` allows) stops the cluster with its exit code and its one-line
+error, rather than flapping or leaving half a cluster running. :mod:`orbitmq.local.datadir`
+decides which directory the master continues on and names processes an earlier run left
+behind; :mod:`orbitmq.local.ports` derives the ports and names whoever holds one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from orbitmq.ha import Decision, Policy
 from orbitmq.ha.group import BrokerGroupFailover, GroupMember
 from orbitmq.local import datadir
 from orbitmq.local.lifeline import SUPERVISOR_PID_ENV
+from orbitmq.local.ports import LocalPorts, plan_ports, taken_ports
+from orbitmq.local.restarts import RestartBudget
 from orbitmq.store.config import MIB, BrokerRole
 from orbitmq.v1 import broker_pb2
 
@@ -41,6 +46,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5
 """How often the failover loop looks at the brokers."""
 READY_LINE = re.compile(r"listening on (?P<address>\S+) metrics (?P<metrics>\S+)")
+METRICS_ADDRESS = re.compile(r"^http://(?P<address>[^/]+)/")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 LOCAL_SEGMENT_BYTES = 64 * MIB
@@ -94,6 +100,16 @@ class Component:
         except TimeoutError:
             raise ComponentFailed(self._failure(f"not ready after {START_TIMEOUT_S:.0f} s")) from None
         self._stdout_task = asyncio.ensure_future(self._drain_stdout())
+        self._pin_addresses()
+
+    def _pin_addresses(self) -> None:
+        """A restart listens where this start did (port 0 chose a port once): the banner,
+        the name server's address the brokers were given, and clients stay right."""
+        metrics = METRICS_ADDRESS.match(self.metrics_url)
+        pinned = {"--listen": self.address, "--metrics-listen": metrics["address"] if metrics else None}
+        for index, arg in enumerate(self.args[:-1]):
+            if pinned.get(arg):
+                self.args[index + 1] = pinned[arg]  # type: ignore[assignment]
 
     def _failure(self, what: str) -> str:
         """One line: the component, what happened, and its own last word (its one-line error)."""
@@ -158,8 +174,10 @@ class LocalCluster:
     data_dir: Path
     namesrv_port: int = 9876
     broker_port: int = 10911
-    namesrv_metrics_port: int = 9877
-    broker_metrics_port: int = 10913
+    namesrv_metrics_port: int | None = None
+    """None: the name-server port + 1 (0 when that is 0); see :mod:`orbitmq.local.ports`."""
+    broker_metrics_port: int | None = None
+    """None: the broker port + 2 (each slave + 10 more)."""
     host: str = "127.0.0.1"
     slaves: int = 0
     """Slaves of broker-a; with any, the master is SYNC_MASTER and failover is on."""
@@ -170,6 +188,18 @@ class LocalCluster:
     components: list[Component] = field(default_factory=list)
     brokers: list[BrokerMember] = field(default_factory=list)
     _group: BrokerGroupFailover | None = field(default=None, init=False, repr=False)
+    _restarts: dict[str, RestartBudget] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def ports(self) -> LocalPorts:
+        names = [datadir.MASTER_DIR, *(datadir.slave_dir(n) for n in range(1, self.slaves + 1))]
+        return plan_ports(
+            namesrv_port=self.namesrv_port,
+            broker_port=self.broker_port,
+            namesrv_metrics_port=self.namesrv_metrics_port,
+            broker_metrics_port=self.broker_metrics_port,
+            broker_names=names,
+        )
 
     @property
     def group(self) -> BrokerGroupFailover:
@@ -197,12 +227,19 @@ class LocalCluster:
                 f"data directory {self.data_dir} cannot be created ({error.strerror}); "
                 "choose a writable one with --data-dir"
             ) from None
-        found = datadir.leftovers(self.data_dir, self._fixed_ports())
+        ports = self.ports  # a bad combination of ports is refused before anything else
+        found = datadir.leftovers(self.data_dir)
         if found:
             named = ", ".join(f"{name} PID {pid}" for name, pid in found)
             raise StartupError(
                 f"{self.data_dir} is in use by {named} (left over from an earlier `orbitmq local up`, "
                 f"or still running); stop them with: kill {' '.join(str(pid) for _, pid in found)}"
+            )
+        taken = taken_ports(ports.all())
+        if taken:
+            raise StartupError(
+                "; ".join(taken) + "; give other --namesrv-port/--broker-port (the metrics ports "
+                "follow them) or 0 for any free port"
             )
         for text in datadir.migrate_legacy(self.data_dir) + datadir.put_master_in_place(self.data_dir):
             note(text)
@@ -212,24 +249,17 @@ class LocalCluster:
             datadir.set_role(master, BrokerRole(self.master_role), 0, state.epoch)
         return state.epoch
 
-    def _fixed_ports(self) -> list[int]:
-        """The ports this run will listen on that are known before it starts (0 = any free)."""
-        ports = [self.namesrv_port, self.namesrv_metrics_port]
-        for base in (self.broker_port, self.broker_metrics_port):
-            if base:
-                ports += [base + 10 * index for index in range(self.slaves + 1)]
-        return [port for port in ports if port]
-
     async def start(self) -> None:
         epoch = self.prepare()
+        ports = self.ports
         namesrv = Component(
             "namesrv",
             [
                 "namesrv",
                 "--listen",
-                f"{self.host}:{self.namesrv_port}",
+                f"{self.host}:{ports.namesrv.port}",
                 "--metrics-listen",
-                f"{self.host}:{self.namesrv_metrics_port}",
+                f"{self.host}:{ports.namesrv_metrics.port}",
             ],
         )
         await self._start(namesrv)
@@ -243,8 +273,7 @@ class LocalCluster:
             segment_bytes = datadir.check_segment_bytes(data, self.segment_bytes)
             if segment_bytes != self.segment_bytes:
                 note(f"{name} keeps the {segment_bytes // MIB} MiB segments its store was created with")
-            port = self.broker_port + 10 * index if self.broker_port else 0
-            metrics = self.broker_metrics_port + 10 * index if self.broker_metrics_port else 0
+            port, metrics = (p.port for p in ports.brokers[index])
             component = Component(
                 f"broker {name}",
                 [
@@ -265,6 +294,7 @@ class LocalCluster:
                     str(index),
                     "--segment-bytes",
                     str(segment_bytes),
+                    "--auto-create-topic",  # a laptop's cluster: the first send makes the topic
                 ],
             )
             await self._start(component)
@@ -295,32 +325,61 @@ class LocalCluster:
             log.info("%s stopped (exit code %s)", component.name, code)
         datadir.remove_run_file(self.data_dir)
 
-    async def watch(self, stop: asyncio.Event) -> Component | None:
-        """Wait for ``stop`` or for a component to exit; returns the component that died.
+    async def watch(self, stop: asyncio.Event) -> str | None:
+        """Supervise until ``stop``; returns why the cluster must stop on its own (None: asked to).
 
-        With slaves, a broker that dies is not the end: the failover loop replaces a lost
-        master and restarts dead brokers as slaves; only the name server's death ends it.
+        A component that dies is started again where it listened (:meth:`_restart`); with
+        slaves, brokers are the failover loop's (it replaces a lost master and restarts dead
+        brokers as slaves), so only the name server is watched here.
         """
-        if self.slaves:
-            failover = asyncio.ensure_future(self._failover_loop())
-            watched = [self.namesrv]
-        else:
-            failover = None
-            watched = self.components
+        failover = asyncio.ensure_future(self._failover_loop()) if self.slaves else None
+        try:
+            while True:
+                died = await self._first_exit([self.namesrv] if self.slaves else self.components, stop)
+                if died is None:
+                    return None
+                failure = await self._restart(died)
+                if failure is not None:
+                    return failure
+        finally:
+            if failover is not None:
+                failover.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await failover
+
+    @staticmethod
+    async def _first_exit(watched: list[Component], stop: asyncio.Event) -> Component | None:
+        """The first of ``watched`` to exit, or None when ``stop`` is set first."""
         waits = {asyncio.ensure_future(c.wait()): c for c in watched}
         stopper = asyncio.ensure_future(stop.wait())
-        done, _ = await asyncio.wait({stopper, *waits}, return_when=asyncio.FIRST_COMPLETED)
-        for task in [stopper, *waits]:
-            if task not in done:
-                task.cancel()
-        if failover is not None:
-            failover.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await failover
-        for task in done:
-            if task in waits:
-                return waits[task]
-        return None
+        done, pending = await asyncio.wait({stopper, *waits}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if stopper in done:
+            return None
+        return waits[next(iter(done))]
+
+    async def _restart(self, died: Component) -> str | None:
+        """Start ``died`` again on its address; returns the reason to stop when it keeps dying
+        (or cannot start), else None."""
+        budget = self._restarts.setdefault(died.name, RestartBudget())
+        failure = died._failure("exited unexpectedly")
+        while budget.take():
+            note(
+                f"{failure}; restarting it on {died.address} (restart {budget.used} of at most "
+                f"{budget.max_restarts} in {budget.window_s:.0f} s)"
+            )
+            try:
+                await died.start()
+            except ComponentFailed as error:
+                failure = str(error)
+                continue
+            self._write_run_file()
+            return None
+        return (
+            f"{failure}; not restarted again after {budget.max_restarts} restarts within "
+            f"{budget.window_s:.0f} s: the cluster stops"
+        )
 
     # -- failover ------------------------------------------------------------------------------
 
@@ -394,11 +453,11 @@ async def run_local(cluster: LocalCluster, report: Callable[[LocalCluster], None
         note(str(error))
         return 1
     report(cluster)
-    died = await cluster.watch(stop)
+    failure = await cluster.watch(stop)
     with contextlib.suppress(Exception):
         await cluster.stop()
-    if died is not None:
-        note(died._failure("exited unexpectedly"))
+    if failure is not None:
+        note(failure)
         return 1
     note("stopped")
     return 0
