@@ -24,12 +24,16 @@ JOB = Path(__file__).resolve().parents[3] / "spark-jobs" / "jobs" / "lag_report.
 BIN = Path(sys.executable).parent
 
 
-def _run(args: list[str], *, submit: bool) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], *, submit: bool, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The job with ``args``, as a user runs it: no SPARK_LOCAL_IP (the job picks the local
+    driver address itself), ``env`` added (e.g. ORBITMQ_NAMESRV instead of --namesrv)."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME")},
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        **(env or {}),
     }
     command = (
         [
@@ -52,6 +56,8 @@ def test_help_and_bad_arguments_exit_before_spark_starts() -> None:
     assert shown.returncode == 0 and "--namesrv" in shown.stdout and "--output" in shown.stdout
     bad = _run(["--namesrv", "127.0.0.1:1", "--group", "bad group!", "--output", "/tmp/x"], submit=False)
     assert bad.returncode == 2 and "--group" in bad.stderr and "invalid group name" in bad.stderr, bad.stderr
+    line = json.loads(bad.stdout.strip().splitlines()[-1])  # argparse's errors end with it too
+    assert line["ok"] is False and line["status"] == "error" and "--group" in line["error"], line
 
 
 def test_unknown_group_is_refused_with_a_json_error_line(cluster: ThreadCluster, tmp_path: Path) -> None:
@@ -86,10 +92,20 @@ def test_lag_report_under_spark_submit_appends_the_brokers_offsets(
     assert len(expected) == 4 and sum(v[2] for v in expected.values()) == 40 - (0 + 2 + 4 + 6)
 
     out = tmp_path / "lag"
-    done = _run(["--namesrv", cluster.namesrv, "--group", group, "--output", str(out)], submit=True)
+    # The name servers from ORBITMQ_NAMESRV, no SPARK_LOCAL_IP: the local driver on 127.0.0.1
+    # (Spark's default, the host's first non-loopback address, may not be bindable).
+    done = _run(
+        ["--group", group, "--output", str(out)], submit=True, env={"ORBITMQ_NAMESRV": cluster.namesrv}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "BlockManagerId(driver, 127.0.0.1," in done.stderr, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "ok" and summary["groups"] == 1 and summary["queues"] == 4
+    assert (
+        summary["ok"] is True
+        and summary["status"] == "ok"
+        and summary["groups"] == 1
+        and summary["queues"] == 4
+    )
     assert summary["total_lag"] == 28
     assert "spark-lag-group" in done.stdout  # the summary table
 
