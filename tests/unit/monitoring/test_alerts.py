@@ -164,9 +164,14 @@ def _created_labels(expr: str) -> set[str]:
 
 
 def _defining_source(series: str) -> str:
+    """The source of the module defining the family, and of the orbitmq modules it imports from
+    (label values may be an enum's, defined beside the state they describe: the lock events)."""
     for family in FAMILIES.values():
         if series in family.series():
-            return (REPO_ROOT / _module_path(family.module)).read_text()
+            source = (REPO_ROOT / _module_path(family.module)).read_text()
+            imported = re.findall(r"^\s*from (orbitmq(?:_operator)?\.[\w.]+) import", source, re.M)
+            paths = [REPO_ROOT / _module_path(module) for module in imported]
+            return "\n".join([source, *(path.read_text() for path in paths if path.is_file())])
     raise KeyError(series)
 
 
