@@ -300,3 +300,67 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         cluster.kubectl("delete", "pv", f"{ns}-broker-data", "--wait=false", check=False)
+
+
+def test_a_claim_without_a_class_binds_on_the_real_node(k8s_real_node: K8sCluster) -> None:
+    """The README's install names no storage class: the test bed's default class and its
+    hostPath provisioner bind such a claim (it stayed Pending before), the pod's uid 10001 may
+    write there, and deleting the claim deletes the volume and its directory."""
+    cluster = k8s_real_node
+    ns = f"e2e-storage-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    cluster.wait_for(
+        f"ServiceAccount {ns}/default",
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
+    )
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    writer = {
+        "name": "writer",
+        "command": ["/usr/bin/env", "python", "-c", "open('/data/probe', 'w').write('ok')"],
+        "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "writer"},
+        "spec": _on_real_node(
+            cluster,
+            {"containers": [writer], "restartPolicy": "Never"},
+            [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        ),
+    }
+    try:
+        started = time.monotonic()
+        cluster.apply(claim, pod, namespace=ns)
+
+        def phase() -> str:
+            found = cluster.kubectl("get", "pod", "writer", "-n", ns, "-o", "json", check=False)
+            return json.loads(found.stdout)["status"].get("phase", "") if found.returncode == 0 else ""
+
+        cluster.wait_for("the writer pod to succeed", lambda: phase() in ("Succeeded", "Failed"), timeout=90)
+        took = time.monotonic() - started
+        bound = cluster.get_json("pvc", "data", "-n", ns)
+        assert phase() == "Succeeded", cluster.kubectl("describe", "pod", "writer", "-n", ns).stdout
+        assert bound["status"]["phase"] == "Bound"
+        assert bound["spec"]["storageClassName"] == cluster.info["real_node"]["storage_class"]
+        volume = cluster.get_json("pv", bound["spec"]["volumeName"])
+        directory = Path(volume["spec"]["hostPath"]["path"])
+        assert (directory / "probe").read_text() == "ok"
+        print(f"\nclaim without a class: bound and written by uid 10001 in {took:.1f}s at {directory}")
+
+        cluster.kubectl("delete", "pod", "writer", "-n", ns, "--wait=true", "--timeout=60s")
+        cluster.kubectl("delete", "pvc", "data", "-n", ns, "--wait=true", "--timeout=60s")
+        cluster.wait_for(
+            f"PersistentVolume {volume['metadata']['name']} deleted",
+            lambda: cluster.kubectl("get", "pv", volume["metadata"]["name"], check=False).returncode != 0,
+            timeout=60,
+        )
+        assert not directory.exists()
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
