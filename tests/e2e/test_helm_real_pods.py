@@ -12,7 +12,9 @@ What each step shows:
 
 * install: the operator's Deployment rolls out (``--wait``), the cluster reaches Ready, the
   chart's topic and group are applied to the brokers.
-* ``helm test``: the hook pod succeeds, i.e. a message went in and came out end to end.
+* ``helm test``: the hook pod succeeds, i.e. a message went in and came out end to end, and
+  its consumer group is gone from the brokers afterwards (a group left with offsets would hold
+  a later scale-down drain).
 * upgrade with changed values (a second topic; ``tests.topic`` pointing at it; the operator's
   resources; ``cluster.spec.proxy``): the Deployment rolls, the new topic is applied, and ``helm
   test`` now produces to and consumes from the new topic. The proxy's pod becomes ready and the
@@ -29,6 +31,7 @@ What each step shows:
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -42,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "ro
 import v2kit
 from operatorkit import install_crds, wait_condition
 from realpods import STORAGE_CLASS, create_namespace, delete_host_volumes, host_volumes, wait_ready
+
+from orbitmq.client import Admin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600, func_only=True)]
 
@@ -111,6 +116,18 @@ def helm_test(k8s: K8sCluster, namespace: str) -> str:
     assert result.returncode == 0, f"helm test failed:\n{result.stdout}\n{result.stderr}"
     assert "Phase:          Succeeded" in result.stdout, result.stdout
     return result.stdout
+
+
+def consumer_groups(k8s: K8sCluster, namespace: str) -> set[str]:
+    """The subscription groups the brokers know, asked from the host through the name-server
+    Service's IP (cluster DNS does not resolve on the host)."""
+    ip = k8s.get_json("service", f"{CLUSTER}-namesrv", "-n", namespace)["spec"]["clusterIP"]
+
+    async def ask() -> set[str]:
+        async with Admin(f"{ip}:9876") as admin:
+            return set(await admin.groups())
+
+    return asyncio.run(ask())
 
 
 def through_the_proxy(endpoint: str, topic: str, group: str) -> float:
@@ -192,6 +209,8 @@ def test_install_test_upgrade_uninstall_on_real_pods(
         }
         assert images == {reference}, images  # the operator and the brokers it made: one image
         helm_test(k8s, ns)
+        groups = consumer_groups(k8s, ns)
+        assert "billing" in groups and f"{RELEASE}-helm-test" not in groups, groups
 
         # upgrade: a second topic, the test pointed at it, other operator resources
         before = k8s.get_json("deployment", "-n", ns, "-l", "app.kubernetes.io/instance=" + RELEASE)
