@@ -33,6 +33,7 @@ from orbitmq.client.admin import Admin
 from orbitmq.common.errors import OrbitError
 from orbitmq_operator.builders import Cluster, names
 from orbitmq_operator.builders.drain import (
+    DELAYED_GROUP,
     DrainDecision,
     DrainPolicy,
     DrainStep,
@@ -87,7 +88,8 @@ async def drain_group(
         async with Admin(namesrv) as admin:
             await admin.wipe_write_perm(broker_name)
             backlog = await admin.broker_backlog(broker_name)
-            online = await admin.online_groups(broker_name, {group for group, _ in backlog})
+            lagging = {group for group, _ in backlog if group != DELAYED_GROUP}
+            online = await admin.online_groups(broker_name, lagging)
     except (grpc.aio.AioRpcError, OrbitError) as error:
         problem = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
         decision = decide_drain(broker_name, elapsed_s, None, policy, problem or "")

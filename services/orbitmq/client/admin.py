@@ -1,7 +1,8 @@
 """Administration of a cluster (RocketMQ's mqadmin operations) over name servers and brokers.
 
 Every operation finds its brokers through the name servers: cluster-wide changes go to every
-master of the cluster, topic-scoped reads go to the brokers in the topic's route.
+master of the cluster, topic-scoped reads go to the brokers in the topic's route. A topic change
+returns once the live name servers route it (brokers register changes in the background).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TypeVar
 import grpc
 
 from orbitmq.client.channels import Channels
+from orbitmq.client.routes import await_route
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure, failure_of
@@ -137,10 +139,12 @@ class Admin:
             order=order,
         )
         request = broker_pb2.CreateTopicRequest(topic=config, update_existing=update_existing, force=force)
-        return [
+        reports = [
             TopicChangeReport(address, await self._channels.broker(address).CreateTopic(request, timeout=10))
             for address in await self._topic_targets(cluster, broker_addr)
         ]
+        await await_route(self._channels, topic, _routes_as(reports))
+        return reports
 
     async def update_topic(
         self,
@@ -183,6 +187,7 @@ class Admin:
                 ErrorReason.TOPIC_NOT_EXIST,
                 f"topic {topic!r} does not exist on {', '.join(missing)}; create it first (topic create)",
             )
+        await await_route(self._channels, topic, _routes_as(reports))
         return reports
 
     async def _topic_targets(self, cluster: str | None, broker_addr: str | None) -> list[str]:
@@ -201,13 +206,14 @@ class Admin:
         brokers that had it. A topic no broker and no name server knows is refused, so a typo
         is not reported as done."""
         validate_topic_name(topic)
-        deleted = []
+        deleted, names = [], set()
         for broker in await self.masters(cluster):
             try:
                 await self._channels.broker(broker.address).DeleteTopic(
                     broker_pb2.DeleteTopicRequest(topic=topic)
                 )
                 deleted.append(broker.address)
+                names.add(broker.broker_name)
             except grpc.aio.AioRpcError as error:  # a broker without the topic is fine
                 if not _is_reason(error, ErrorReason.TOPIC_NOT_EXIST):
                     raise
@@ -215,6 +221,10 @@ class Admin:
             raise RpcFailure(
                 ErrorReason.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist (no broker and no route has it)"
             )
+        # the brokers' registrations without it first, so none brings it back after the delete
+        await await_route(
+            self._channels, topic, lambda route: route is None or not names & _route_brokers(route)
+        )
         await self._channels.namesrv_call(
             "DeleteTopic", nameserver_pb2.DeleteTopicInNameServerRequest(topic=topic)
         )
@@ -405,10 +415,11 @@ class Admin:
         """Of ``groups``, those with a consumer online on broker group ``broker_name``'s master:
         a client heartbeating the group there (push and pull consumers, the sidecar), or POP
         messages of the group in flight there (RocketMQ 5 clients through the proxy, which do
-        not heartbeat the brokers; one with a backlog keeps receiving, so it has some)."""
+        not heartbeat the brokers; one with a backlog keeps receiving, so it has some). The
+        pseudo group :data:`DELAYED` has no consumers and is never online."""
         broker = await self._master_stub(broker_name, "its consumers cannot be listed")
         online = set()
-        for group in sorted(set(groups)):
+        for group in sorted(set(groups) - {DELAYED}):
             listed = await broker.GetConsumerList(
                 broker_pb2.GetConsumerListRequest(consumer_group=group), timeout=QUERY_TIMEOUT_S
             )
@@ -589,6 +600,28 @@ async def _query_key_everywhere(broker: broker_pb2_grpc.BrokerStub, key: str) ->
 
     found = await asyncio.gather(*(one(t.topic_name) for t in topics))
     return [m for messages in found for m in messages]
+
+
+def _routes_as(reports: list[TopicChangeReport]) -> Callable[[common_pb2.TopicRoute | None], bool]:
+    """Whether a route shows each broker's queue counts as the reports left them."""
+    wanted = {
+        (r.change.broker_name, r.change.after.read_queue_nums, r.change.after.write_queue_nums)
+        for r in reports
+    }
+
+    def shows(route: common_pb2.TopicRoute | None) -> bool:
+        have = (
+            {(q.broker_name, q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas}
+            if route
+            else set()
+        )
+        return wanted <= have
+
+    return shows
+
+
+def _route_brokers(route: common_pb2.TopicRoute) -> set[str]:
+    return {q.broker_name for q in route.queue_datas}
 
 
 def _is_internal(topic: str) -> bool:

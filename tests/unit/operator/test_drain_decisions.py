@@ -88,3 +88,9 @@ def test_offline_clock_starts_when_first_seen_and_restarts_after_a_consumer_retu
         "Billing": "t3"
     }, "a group with nothing left drops out; a newly offline one starts now"
     assert track_offline(None, online=(), previous=first, stamp="t4") == first, "unreadable: kept"
+
+
+def test_the_delayed_pseudo_group_is_the_admin_clients() -> None:
+    from orbitmq.client.admin import DELAYED
+
+    assert DELAYED_GROUP == DELAYED
