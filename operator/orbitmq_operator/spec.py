@@ -172,6 +172,12 @@ class BrokersSpec(_Spec):
         description="Remove a draining broker group after drainTimeoutS even with messages not "
         "consumed (they are lost).",
     )
+    auto_create_topic: bool = Field(
+        default=False,
+        description="Create a topic on its first send (RocketMQ's autoCreateTopicEnable). Off: a send "
+        "to a missing topic fails with TOPIC_NOT_EXIST naming it, so a misspelt topic is an error, "
+        "not a new topic; create topics with OrbitMQTopic resources.",
+    )
     segment_mib: int = Field(
         default=1024,
         ge=5,

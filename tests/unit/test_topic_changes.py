@@ -8,11 +8,11 @@ import pytest
 
 from orbitmq.broker.topic_changes import (
     QueueBacklog,
-    check_user_topic_name,
     measure_backlog,
     plan_create,
     plan_update,
 )
+from orbitmq.broker.topics import check_user_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.store.config_store import Permission, TopicConfig
 from orbitmq.v1.broker_pb2 import ErrorReason, TopicChangeOutcome

@@ -41,6 +41,7 @@ OWNED_SETTINGS: dict[str, str] = {
     "data_dir": "it is the broker's volume",
     "flush_mode": "set spec.brokers.flushMode instead",
     "segment_bytes": "set spec.brokers.segmentMib instead",
+    "auto_create_topic": "set spec.brokers.autoCreateTopic instead",
 }
 """Settings the operator decides, and why a user cannot (the message a refusal carries)."""
 
@@ -49,6 +50,7 @@ _SPEC_PATHS = {
     "segment_bytes": "spec.brokers.segmentMib",
     "metrics_listen": "spec.metrics.port",
     "broker_role": "spec.brokers.replicationMode",
+    "auto_create_topic": "spec.brokers.autoCreateTopic",
 }
 """Where an owned setting's value comes from, to name the right field when it is refused."""
 
@@ -70,6 +72,8 @@ def operator_settings(cluster: Cluster) -> dict[str, Any]:
         "broker_role": brokers.replication_mode.value,
         "flush_mode": brokers.flush_mode.value,
         "segment_bytes": brokers.segment_mib * MIB,
+        # off unless the spec says so, where the broker's own default is on (see its docstring)
+        "auto_create_topic": brokers.auto_create_topic,
     }
 
 

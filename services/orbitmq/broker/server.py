@@ -21,6 +21,7 @@ import sys
 import grpc
 
 from orbitmq.broker.consumers import ClientRegistry
+from orbitmq.broker.durable_config import DLQ_PERM, adopt_stored_topics, persist_now, stored_topic
 from orbitmq.broker.ha import (
     ReplicationClient,
     ReplicaTracker,
@@ -44,7 +45,7 @@ from orbitmq.broker.schedule import ScheduleService
 from orbitmq.broker.servicer import BrokerServicer
 from orbitmq.broker.settings import BrokerSettings
 from orbitmq.broker.timer.service import TimerService
-from orbitmq.broker.topics import RW, TopicManager, dlq_topic, retry_topic, topic_to_proto
+from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to_proto
 from orbitmq.broker.transactions import TransactionService
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.rpc import RpcFailure
@@ -64,9 +65,6 @@ log = logging.getLogger(__name__)
 
 UNSETTLED_REGISTER_S = 1.0
 """Registration retry period while the last round was incomplete (see ``_register_loop``)."""
-
-DLQ_PERM = Permission.READ
-"""Dead letters can be read by consumers and tools but not produced to (the broker writes them)."""
 
 
 class Broker:
@@ -143,13 +141,17 @@ class Broker:
         self.offsets = self.tables.consumer_offsets
         self.topics = TopicManager(
             self.tables,
-            auto_create_topic=settings.auto_create_topic_enable,
+            auto_create_topic=settings.auto_create_topic,
             default_queue_nums=settings.default_topic_queue_nums,
             auto_create_group=settings.auto_create_subscription_group,
             schedule_levels=self.delay_levels,
             on_created=lambda topic: self._registration_due.set(),
             held_topic=self.held_topic,
+            reserved_topics=(settings.cluster, settings.broker_name),
         )
+        if not self.is_slave:  # a slave serves what it holds read-only (held_topic) until promoted
+            self._adopt_stored_topics("found on disk at start-up")
+        await self.save_config()  # the system topics, and what was adopted
         self.schedule = ScheduleService(
             self.store,
             self.tables.delay_offsets,
@@ -227,36 +229,35 @@ class Broker:
         """
         if not self.is_slave:
             return None
-        return self._stored_topic(topic, Permission.READ)
+        return stored_topic(self.store, topic, Permission.READ)
 
-    def _stored_topic(self, topic: str, perm: Permission) -> TopicConfig | None:
-        """A topic as its consume queues on disk show it: as many queues as the highest id held."""
-        queue_ids = self.store.queue_ids(topic)
-        if not queue_ids:
-            return None
-        nums = queue_ids[-1] + 1
-        return TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums, perm=perm)
+    def _adopt_stored_topics(self, when: str) -> list[str]:
+        """Topics this broker holds consume queues of but has no config for become its own,
+        with the queues it holds (:func:`~orbitmq.broker.durable_config.adopt_stored_topics`).
 
-    def _adopt_held_topics(self) -> list[str]:
-        """On promotion: the topics this broker holds messages of but whose config never came
-        (created on the old master within one config-copy interval of its death) become its
-        own, read-write with the queues it holds. Without this the new master would answer
-        TOPIC_NOT_EXIST for messages it has, or a first send would re-create the topic with the
-        default queue count and hide the queues beyond it. The old master's config, should it
-        come back as a slave, is replaced by this one (config flows from master to slave)."""
-        adopted = []
-        for topic in sorted({name for name, _ in self.store.queues()}):
-            if self.topics.get(topic) is None and (config := self._stored_topic(topic, RW)) is not None:
-                self.tables.topics.put(config)
-                adopted.append(topic)
+        At start-up: a ``topics.json`` lost or written by an older broker. On promotion: topics
+        created on the old master within one config-copy interval of its death. Without this
+        the broker would answer TOPIC_NOT_EXIST for messages it has, or a first send would
+        re-create the topic with the default queue count and hide the queues beyond it. The
+        old master's config, should it come back as a slave, is replaced by this one (config
+        flows from master to slave)."""
+        adopted = adopt_stored_topics(self.store, self.topics)
         if adopted:
             log.warning(
-                "broker %s adopted %d topic(s) it holds messages of but had no config for: %s",
+                "broker %s adopted %d topic(s) %s, with the queues it holds messages in, having no "
+                "config for them: %s",
                 self.settings.broker_name,
                 len(adopted),
-                ", ".join(adopted),
+                when,
+                ", ".join(f"{t} ({self.tables.topics.get(t).read_queue_nums} queues)" for t in adopted),  # type: ignore[union-attr]
             )
         return adopted
+
+    async def save_config(self) -> None:
+        """Make topic and subscription-group changes durable before an RPC answers (see
+        :mod:`orbitmq.broker.durable_config`); offsets have their own calls."""
+        await persist_now(self.tables.topics, self.tables.subscription_groups)
+        self.topics.unsaved = self.tables.topics.dirty or self.tables.subscription_groups.dirty
 
     @property
     def broker_id(self) -> int:
@@ -317,7 +318,8 @@ class Broker:
                 # rebuilt before this broker answers POP requests as master.
                 await asyncio.to_thread(self.pop.load)
                 await asyncio.to_thread(self.timer.load)  # the timers and deliveries it replicated
-                self._adopt_held_topics()
+                self._adopt_stored_topics("on promotion")
+                await self.save_config()
                 self.store.role = role
                 start = self.store.commitlog.max_offset
                 await asyncio.to_thread(self._begin_epoch, epoch, start)
@@ -463,6 +465,8 @@ class Broker:
         for message in messages:
             if message.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
                 self.topics.ensure(message.topic, 1, DLQ_PERM)
+        if self.topics.unsaved:
+            await self.save_config()
         return await self.put(messages)
 
     async def _put_one(self, message: InboundMessage) -> PutResult:
@@ -499,6 +503,8 @@ class Broker:
         target.born_timestamp_ms = message.born_timestamp_ms
         target.born_host = message.born_host
         target.flag = message.flag
+        if self.topics.unsaved:  # a new retry or dead-letter topic (or group) first
+            await self.save_config()
         result = await self.service.put_message(target)
         if not result.status.stored:
             raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, f"send back failed: {result.reason}")

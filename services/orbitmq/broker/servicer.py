@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
+from orbitmq.broker.durable_config import persist_now
 from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.pop.handles import MAX_ACKS_PER_CALL, InvalidReceiptHandle
 from orbitmq.broker.pop.service import PopPersistError
@@ -24,7 +25,6 @@ from orbitmq.broker.timer.routing import TIMER_KEYS, timed
 from orbitmq.broker.topic_changes import (
     Backlog,
     TopicChangePlan,
-    check_user_topic_name,
     measure_backlog,
     plan_create,
     plan_update,
@@ -172,6 +172,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             # The usual send, on the C path: no protobuf object, no Python object per message.
             head = scanned.header
             queue_id, born = self._destination(head, context)
+            if b.topics.unsaved:  # this send created its topic: on disk before the message
+                await b.save_config()
             batch = ScannedBatch(
                 head.topic,
                 queue_id,
@@ -191,6 +193,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             if not request.messages:
                 raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
             queue_id, born = self._destination(request, context)
+            if b.topics.unsaved:
+                await b.save_config()
             protos = list(request.messages)  # one wrapper per message, reused by the column maps below
             _check_topics(request.topic, protos)
             properties = _properties(protos)
@@ -304,6 +308,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         b = self.b
         started = time.perf_counter()
         group = b.topics.group(request.consumer_group)
+        if b.topics.unsaved:  # the group's first pull created it
+            await b.save_config()
         if not group.consume_enable:
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"consumer group {group.group_name!r} may not consume now"
@@ -428,6 +434,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 # routable, before its first send-back, so consumers subscribe to it at start.
                 self.b.topics.ensure(retry, max(1, group.retry_queue_nums))
                 created = True
+        if self.b.topics.unsaved:  # a new group or retry topic: durable before the answer
+            await self.b.save_config()
         if created:
             await self.b.registration_changed()
         for producer in request.producers:
@@ -749,8 +757,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
     async def CreateTopic(self, request, context):
         name = request.topic.topic_name
-        validate_topic_name(name)
-        check_user_topic_name(name, (self.b.settings.cluster, self.b.settings.broker_name))
+        self.b.topics.check_new_topic(name)
         plan = plan_create(
             self.b.topics.from_proto(request.topic),
             self.b.topics.get(name),
@@ -785,6 +792,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
     async def _apply_topic_change(self, plan: TopicChangePlan) -> broker_pb2.TopicChange:
         if plan.writes:
             self.b.topics.tables.topics.put(plan.after)
+            await self.b.save_config()  # durable before the answer, as RocketMQ's updateTopic
             await self.b.registration_changed()
         return broker_pb2.TopicChange(
             outcome=plan.outcome,
@@ -798,6 +806,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             raise RpcFailure(
                 ErrorReason.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist on this broker"
             )
+        await self.b.save_config()  # the config first: queues without one would be adopted again
         self.b.store.delete_topic(request.topic)
         await self.b.registration_changed()
         return broker_pb2.AdminResponse(message=f"topic {request.topic!r} deleted")
@@ -823,6 +832,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         except ValueError as error:
             raise RpcFailure(ErrorReason.INVALID_ARGUMENT, " ".join(str(error).split())) from None
         self.b.topics.create_or_update_group(config)
+        await self.b.save_config()
         return broker_pb2.AdminResponse(
             message=f"subscription group {config.group_name!r} created or updated"
         )
@@ -834,6 +844,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 f"subscription group {request.group_name!r} does not exist",
             )
         self.b.offsets.remove_group(request.group_name)
+        await self.b.save_config()
+        await persist_now(self.b.offsets)
         return broker_pb2.AdminResponse(message=f"subscription group {request.group_name!r} deleted")
 
     async def ListSubscriptionGroups(self, request, context):
@@ -880,6 +892,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 offset = request.offset
             offsets[queue_id] = min(max(offset, low), high)
         self.b.offsets.reset(request.consumer_group, request.topic, offsets)
+        await persist_now(self.b.offsets)  # an operator's decision, unlike a consumer's commits
         notice = broker_pb2.ResetOffsetNotice(
             consumer_group=request.consumer_group, topic=request.topic, offsets=offsets
         )

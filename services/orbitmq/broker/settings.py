@@ -55,8 +55,15 @@ class BrokerSettings(BaseModel):
     clean_interval_ms: int = Field(default=10_000, ge=1)
     """How often retention looks for segments to delete (RocketMQ's cleanResourceInterval)."""
 
-    auto_create_topic_enable: bool = True
-    """Create a topic on its first send (RocketMQ's autoCreateTopicEnable; on for local use)."""
+    auto_create_topic: bool = True
+    """Create a topic on its first send, with ``default_topic_queue_nums`` queues (or the queue
+    count the producer asks for), under the same name rules as ``admin topic create``. RocketMQ's
+    ``autoCreateTopicEnable``, and on by default as in RocketMQ's broker, so a plain
+    ``orbitmq broker`` (and ``orbitmq local up``) behaves as RocketMQ users expect and the
+    README's first ``produce`` works without a ``topic create``. Off, a send to a missing topic
+    fails with ``TOPIC_NOT_EXIST`` naming it: what production wants (a misspelt topic is an
+    error, not a new topic), hence off in the operator's brokers and the chart
+    (``spec.brokers.autoCreateTopic``)."""
     default_topic_queue_nums: int = Field(default=4, ge=1, le=1024)
     auto_create_subscription_group: bool = True
 

@@ -21,17 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orbitmq.broker.topics import SYSTEM_TOPICS
 from orbitmq.common.rpc import RpcFailure
-from orbitmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from orbitmq.store.config_store import Permission, TopicConfig
 from orbitmq.v1.broker_pb2 import ErrorReason, TopicChangeOutcome
-
-AUTO_CREATE_TEMPLATE_TOPIC = "TBW102"
-"""RocketMQ's template topic for auto-creation: clients may see it, users never create it."""
-SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "RMQ_SYS_", "rmq_sys_")
-"""Retry and dead-letter topics are made by the broker for each group; ``RMQ_SYS_`` is RocketMQ's
-prefix for its own topics."""
 
 
 @dataclass(frozen=True)
@@ -61,25 +53,6 @@ class TopicChangePlan:
     @property
     def writes(self) -> bool:
         return self.outcome in (TopicChangeOutcome.TOPIC_CREATED, TopicChangeOutcome.TOPIC_UPDATED)
-
-
-def check_user_topic_name(topic: str, reserved: Sequence[str]) -> None:
-    """Refuse a user-created topic whose name the system owns: the auto-creation template, the
-    system topics, retry/dead-letter topics (made per group by the broker) and ``reserved``
-    (the cluster's and the broker's names, which RocketMQ also uses as topics)."""
-    owner = None
-    if topic == AUTO_CREATE_TEMPLATE_TOPIC:
-        owner = "RocketMQ's auto-creation template topic"
-    elif topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES):
-        owner = "a system topic (delay, transaction, retry and dead-letter topics are made by the broker)"
-    elif topic in reserved:
-        owner = "the name of this cluster or broker"
-    if owner is not None:
-        raise RpcFailure(
-            ErrorReason.INVALID_NAME,
-            f"topic name {topic!r} is reserved: it is {owner}; choose another name",
-            topic=topic,
-        )
 
 
 def plan_create(

@@ -2,13 +2,15 @@
 
 Tables live in the store's ``config/`` JSON files (:mod:`orbitmq.store.config_store`); this
 module adds the broker's rules: which topics exist implicitly (system, retry and dead-letter
-topics), when a topic may be created by its first send, and what a permission allows.
+topics), which names a user may not take (:func:`check_user_topic_name`, the one rule for
+``topic create`` and for a topic created by its first send), when a topic may be created by its
+first send (``auto_create_topic``), and what a permission allows.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
@@ -41,7 +43,33 @@ SYSTEM_TOPICS = {
 }
 """System topics and their queue counts, created at start-up."""
 
+AUTO_CREATE_TEMPLATE_TOPIC = "TBW102"
+"""RocketMQ's template topic for auto-creation: clients may see it, users never create it."""
+SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "RMQ_SYS_", "rmq_sys_")
+"""Retry and dead-letter topics are made by the broker for each group; ``RMQ_SYS_`` is RocketMQ's
+prefix for its own topics."""
+
 _WRITE, _READ = int(Permission.WRITE), int(Permission.READ)
+
+
+def check_user_topic_name(topic: str, reserved: Sequence[str]) -> None:
+    """Refuse a topic a user makes (``topic create``, or a send to a topic that does not exist)
+    whose name the system owns: the auto-creation template, the system topics, retry/dead-letter
+    topics (made per group by the broker) and ``reserved`` (the cluster's and the broker's
+    names, which RocketMQ also uses as topics). Raises ``INVALID_NAME`` naming the topic."""
+    owner = None
+    if topic == AUTO_CREATE_TEMPLATE_TOPIC:
+        owner = "RocketMQ's auto-creation template topic"
+    elif topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES):
+        owner = "a system topic (delay, transaction, retry and dead-letter topics are made by the broker)"
+    elif topic in reserved:
+        owner = "the name of this cluster or broker"
+    if owner is not None:
+        raise RpcFailure(
+            ErrorReason.INVALID_NAME,
+            f"topic name {topic!r} is reserved: it is {owner}; choose another name",
+            topic=topic,
+        )
 
 
 def retry_topic(group: str) -> str:
@@ -63,8 +91,15 @@ class TopicManager:
         schedule_levels: int,
         on_created: Callable[[str], None] = lambda topic: None,
         held_topic: Callable[[str], TopicConfig | None] = lambda topic: None,
+        reserved_topics: Sequence[str] = (),
     ) -> None:
         self.tables = tables
+        self.reserved_topics = tuple(reserved_topics)
+        """Names no user topic may take besides the system's: the cluster's and the broker's."""
+        self.unsaved = False
+        """Whether this manager created a topic or a group that may not be on disk yet: the
+        request that caused it makes it durable before answering (a plain attribute, read on
+        every send)."""
         self._on_created = on_created
         self._held_topic = held_topic
         """For reads only: a topic not in the table that the broker still serves (see
@@ -97,21 +132,36 @@ class TopicManager:
             )
         return config
 
+    def check_new_topic(self, topic: str) -> None:
+        """A topic a user creates (by ``topic create`` or by sending to it) follows the naming
+        rule and takes no name the system owns; raises ``INVALID_NAME`` naming it."""
+        validate_topic_name(topic)
+        check_user_topic_name(topic, self.reserved_topics)
+
     def for_send(self, topic: str, queue_nums: int = 0) -> TopicConfig:
-        """The topic a producer sends to, created on first use when auto-creation is on."""
+        """The topic a producer sends to, created on first use when ``auto_create_topic`` is on
+        (under the same name rules as ``topic create``); else ``TOPIC_NOT_EXIST`` naming it."""
         config = self.tables.topics.get(topic)
         if config is None:  # a known topic's name was checked when it was created
             validate_topic_name(topic)
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a consumer's send-back fallback
                 return self.ensure(topic, 1)
+            self.check_new_topic(topic)
             if not self._auto_create_topic:
                 raise RpcFailure(
                     ErrorReason.TOPIC_NOT_EXIST,
-                    f"topic {topic!r} does not exist and auto-creation is off (auto_create_topic_enable)",
+                    f"topic {topic!r} does not exist and this broker's auto_create_topic is off:"
+                    f" create it first (orbitmq admin topic create --topic {topic})",
                     topic=topic,
                 )
             nums = queue_nums if 0 < queue_nums <= 1024 else self._default_queue_nums
             config = self.ensure(topic, nums)
+        elif topic in SYSTEM_TOPICS:  # the broker's own detours, never a producer's destination
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION,
+                f"topic {topic!r} is a system topic: producers may not send to it",
+                topic=topic,
+            )
         if not int(config.perm) & _WRITE:  # int: IntFlag's & is Python code, on every send
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"topic {topic!r} is not writable (perm {int(config.perm)})"
@@ -138,6 +188,7 @@ class TopicManager:
                 topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm
             )
             self.tables.topics.put(config)
+            self.unsaved = True
             self._on_created(topic)
         return config
 
@@ -188,6 +239,7 @@ class TopicManager:
                 )
             config = SubscriptionGroupConfig(group_name=group)
             self.tables.subscription_groups.put(config)
+            self.unsaved = True
         return config
 
     def create_or_update_group(self, config: SubscriptionGroupConfig) -> None:

@@ -38,6 +38,12 @@ from orbitmq.cli.serve import serve
 )
 @click.option("--advertise-addr", help="Address registered with name servers.")
 @click.option(
+    "--auto-create-topic/--no-auto-create-topic",
+    default=None,
+    help="Create a topic on its first send (default on, as RocketMQ's autoCreateTopicEnable); "
+    "off: a send to a missing topic fails with TOPIC_NOT_EXIST.",
+)
+@click.option(
     "--broker-id-from-hostname",
     is_flag=True,
     help="Take the broker id from the ordinal ending the host name, as a StatefulSet pod's "

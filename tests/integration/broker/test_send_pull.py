@@ -97,7 +97,7 @@ async def test_round_robin_over_write_queues_when_no_queue_given(broker: Running
 
 
 async def test_auto_create_off_and_permissions(tmp_path: Path) -> None:
-    running = await start_broker(tmp_path / "b", auto_create_topic_enable=False)
+    running = await start_broker(tmp_path / "b", auto_create_topic=False)
     try:
         await expect_failure(
             running.stub.SendMessage(send_request("Missing", b"x")), ErrorReason.TOPIC_NOT_EXIST, "'Missing'"

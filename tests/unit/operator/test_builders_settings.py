@@ -37,6 +37,14 @@ def test_owned_settings_say_which_spec_field_to_set() -> None:
     assert "spec.metrics.port" in str(refusal({"metrics_listen": "0.0.0.0:1"}))
 
 
+def test_topic_auto_creation_is_off_unless_the_spec_turns_it_on() -> None:
+    """A misspelt topic in production is TOPIC_NOT_EXIST, not a new topic: brokers the operator
+    runs do not create topics on a first send unless ``spec.brokers.autoCreateTopic`` says so."""
+    assert yaml.safe_load(broker_config_text(make({})))["auto_create_topic"] is False
+    assert yaml.safe_load(broker_config_text(make({}, autoCreateTopic=True)))["auto_create_topic"] is True
+    assert "spec.brokers.autoCreateTopic" in str(refusal({"auto_create_topic": True}))
+
+
 def test_an_unknown_setting_is_named_with_a_suggestion() -> None:
     error = refusal({"lock_expiry": 1000})
     assert error.path == "spec.brokers.settings.lock_expiry"
@@ -50,9 +58,7 @@ def test_a_bad_value_is_named_with_the_rule() -> None:
     assert error.path == "spec.brokers.settings.lock_expiry_ms"
     assert "greater than or equal to 1" in error.problem and "got 0" in error.problem
     assert refusal({"delay_levels": "1s 5x"}).path == "spec.brokers.settings.delay_levels"
-    assert refusal({"auto_create_topic_enable": "sometimes"}).path == (
-        "spec.brokers.settings.auto_create_topic_enable"
-    )
+    assert refusal({"long_polling_enable": "sometimes"}).path == ("spec.brokers.settings.long_polling_enable")
 
 
 def test_the_stores_rules_apply_across_settings_and_spec() -> None:
@@ -63,9 +69,9 @@ def test_the_stores_rules_apply_across_settings_and_spec() -> None:
 
 
 def test_good_settings_reach_the_file_as_given() -> None:
-    cluster = make({"transaction_timeout_ms": 9000, "auto_create_topic_enable": False, "delay_levels": "1s"})
+    cluster = make({"transaction_timeout_ms": 9000, "long_polling_enable": False, "delay_levels": "1s"})
     values = yaml.safe_load(broker_config_text(cluster))
     assert values["transaction_timeout_ms"] == 9000
-    assert values["auto_create_topic_enable"] is False
+    assert values["long_polling_enable"] is False
     assert values["delay_levels"] == "1s"
     assert "grace_ms" not in values  # defaults stay the broker's own
