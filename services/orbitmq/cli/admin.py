@@ -9,13 +9,20 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 import click
 import grpc
 
-from orbitmq.cli.common import emit_object, emit_rows, json_option, namesrv_option, parse_time
+from orbitmq.cli.common import (
+    Perm,
+    emit_object,
+    emit_rows,
+    iso_time,
+    json_option,
+    namesrv_option,
+    parse_time,
+)
 from orbitmq.client.admin import Admin, TopicChangeReport
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import failure_of
@@ -53,9 +60,7 @@ def message_row(message: StoredMessage) -> dict[str, Any]:
         "tags": message.tags,
         "keys": list(message.keys),
         "reconsume_times": message.reconsume_times,
-        "store_time": datetime.fromtimestamp(message.store_timestamp_ms / 1000).isoformat(
-            timespec="milliseconds"
-        ),
+        "store_time": iso_time(message.store_timestamp_ms),
         "body": message.body.decode(errors="replace"),
     }
 
@@ -102,7 +107,9 @@ def _topic_options(function: Callable[..., Any]) -> Callable[..., Any]:
                 "--write-queues", type=click.IntRange(1, 1024), help="Write queues (create: default 4)."
             ),
             click.option(
-                "--perm", type=click.IntRange(0, 7), help="READ=4 WRITE=2 INHERIT=1 (create: default 6)."
+                "--perm",
+                type=Perm(),
+                help="r, w or rw, or a number: READ=4 WRITE=2 INHERIT=1 (create: default rw, 6).",
             ),
             click.option("--cluster", help="Every master of this cluster (default: every master)."),
             click.option("--broker", "broker_addr", help="Only this broker address."),
@@ -316,8 +323,10 @@ def topic_route(namesrv: str, as_json: bool, topic: str) -> None:
 @click.option("--topic", required=True)
 @common
 def topic_status(namesrv: str, as_json: bool, topic: str) -> None:
-    """Min and max offset of every queue of a topic."""
+    """Min and max offset of every queue of a topic, and when its last message was stored
+    (ISO-8601, UTC; ``-`` for a queue never written; --json also gives it in milliseconds)."""
     rows = run_admin(lambda a: a.topic_status(topic), namesrv)
+    columns = ["broker_name", "queue", "min_offset", "max_offset", "last_update"]
     emit_rows(
         [
             {
@@ -325,11 +334,12 @@ def topic_status(namesrv: str, as_json: bool, topic: str) -> None:
                 "queue": q.queue_id,
                 "min_offset": q.min_offset,
                 "max_offset": q.max_offset,
+                "last_update": iso_time(q.last_update_timestamp_ms),
                 "last_update_ms": q.last_update_timestamp_ms,
             }
             for name, q in rows
         ],
-        ["broker_name", "queue", "min_offset", "max_offset", "last_update_ms"],
+        [*columns, "last_update_ms"] if as_json else columns,
         as_json,
     )
 
@@ -532,8 +542,13 @@ def message() -> None:
 @click.option("--max", "max_num", type=click.IntRange(1, 256), default=32, show_default=True)
 @common
 def message_by_key(namesrv: str, as_json: bool, topic: str, key: str, max_num: int) -> None:
-    """Messages of a topic with this key or unique key."""
+    """Messages of a topic with this key or unique key; none is an error (exit status 1, and
+    ``[]`` on stdout with --json)."""
     messages = run_admin(lambda a: a.messages_by_key(topic, key, max_num), namesrv)
+    if not messages:
+        if as_json:
+            click.echo("[]")
+        raise click.ClickException(f"no message of topic {topic!r} has the key or unique key {key!r}")
     emit_rows([message_row(m) for m in messages], MESSAGE_COLUMNS, as_json)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from rich.text import Text
 from orbitmq.client.channels import DEFAULT_NAMESRV
 from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_namesrv_list
 from orbitmq.common.settings import SettingsError, load_settings
+from orbitmq.store.config_store import Permission
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -119,3 +120,36 @@ def parse_time(value: str) -> int:
         return int(datetime.fromisoformat(value).timestamp() * 1000)
     except ValueError:
         raise click.BadParameter(f"{value!r} {rule}") from None
+
+
+def iso_time(ms: int) -> str | None:
+    """Milliseconds since the epoch as ISO-8601 in UTC (``2026-11-26T06:47:27.123+00:00``);
+    0 (never) is None, shown as ``-``."""
+    if ms <= 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+_PERM_LETTERS = {"r": Permission.READ, "w": Permission.WRITE}
+
+
+class Perm(click.ParamType):
+    """``--perm``: ``r``, ``w``, ``rw`` (read and write), or RocketMQ's number 0-7 (READ=4
+    WRITE=2 INHERIT=1), as the number the broker stores."""
+
+    name = "perm"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip().lower()
+        if text.isdigit() and 0 <= int(text) <= 7:
+            return int(text)
+        if text and all(letter in _PERM_LETTERS for letter in text):
+            return int(sum({_PERM_LETTERS[letter] for letter in text}))
+        self.fail(
+            f"{value!r} is not a permission: give r, w or rw, or a number 0-7 (READ=4 WRITE=2 INHERIT=1)",
+            param,
+            ctx,
+        )

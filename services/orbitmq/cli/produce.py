@@ -45,6 +45,9 @@ class Tally:
         self.sent += count
         self.statuses[result.status.value] += count
 
+    error: str | None = None
+    """Why the run stopped early (the send failure), None when every message was sent."""
+
     def summary(self) -> dict[str, object]:
         seconds = time.monotonic() - self.started
         return {
@@ -54,6 +57,7 @@ class Tally:
             "seconds": round(seconds, 3),
             "rate_per_s": round(self.sent / seconds, 1) if seconds > 0 else 0.0,
             "statuses": dict(self.statuses),
+            "error": self.error,
         }
 
     def summary_line(self) -> str:
@@ -250,6 +254,7 @@ def produce(
 
     with progress(f"producing to {topic}", count, enabled=show_bar) as advance:
         failure = asyncio.run(run(advance))
+    tally.error = failure
     if failure is not None:
         click.echo(f"{PROGRAM}: {failure}", err=True)
     if as_json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -165,3 +166,60 @@ async def test_consume_prints_values_not_python_reprs(cluster: tuple[NameServer,
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert f"{sent['msg_id']} tags=- keys=s-1: hello ids" in out and "None" not in out and "['" not in out
+
+
+async def cli_streams(*args: str) -> tuple[int, str, str]:
+    """``orbitmq …`` with standard output and standard error apart (what a script reads)."""
+    result = await asyncio.to_thread(CliRunner().invoke, main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def test_perm_takes_r_w_rw_and_numbers(cluster: tuple[NameServer, RunningBroker]) -> None:
+    namesrv, _ = cluster
+    ns = ["--namesrv", namesrv.address]
+    code, out = await cli("admin", "topic", "create", "--topic", "Gated", "--perm", "r", "--json", *ns)
+    assert code == 0 and json.loads(out)[0]["after"]["perm"] == 4, out
+    for given, perm in (("rw", 6), ("w", 2), ("6", 6)):
+        code, out = await cli("admin", "topic", "update", "--topic", "Gated", "--perm", given, "--json", *ns)
+        assert code == 0 and json.loads(out)[0]["after"]["perm"] == perm, out
+    code, out = await cli("admin", "topic", "update", "--topic", "Gated", "--perm", "x", *ns)
+    assert code == 2 and "'x' is not a permission: give r, w or rw, or a number 0-7" in out
+
+
+async def test_produce_json_summary_carries_the_failure(cluster: tuple[NameServer, RunningBroker]) -> None:
+    namesrv, _ = cluster
+    ns = ["--namesrv", namesrv.address]
+    code, out = await cli("admin", "topic", "create", "--topic", "ReadOnly", "--perm", "4", *ns)
+    assert code == 0, out
+    code, out, err = await cli_streams("produce", "--topic", "ReadOnly", "--json", *ns)
+    assert code == 1
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert summary["sent"] == 0 and summary["failed"] == 1
+    assert summary["error"] and "ReadOnly" in summary["error"] and summary["error"] in err, (out, err)
+    code, out, err = await cli_streams("produce", "--topic", "Writable", "--json", *ns)
+    assert code == 0 and json.loads(out.splitlines()[-1])["summary"]["error"] is None, err
+
+
+async def test_topic_status_shows_iso_times(cluster: tuple[NameServer, RunningBroker]) -> None:
+    namesrv, _ = cluster
+    ns = ["--namesrv", namesrv.address]
+    await produce_one(namesrv.address, "Timed", "t-1")
+    code, out = await cli("admin", "topic", "status", "--topic", "Timed", *ns)
+    assert code == 0 and "last_update" in out and "last_update_ms" not in out, out
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", out), out
+    code, out = await cli("admin", "topic", "status", "--topic", "Timed", "--json", *ns)
+    [written] = [row for row in json.loads(out) if row["max_offset"]]
+    assert written["last_update"].endswith("+00:00") and written["last_update_ms"] > 0
+
+
+async def test_by_key_without_a_match_exits_1_saying_so(cluster: tuple[NameServer, RunningBroker]) -> None:
+    namesrv, _ = cluster
+    ns = ["--namesrv", namesrv.address]
+    await produce_one(namesrv.address, "Keys", "k-1")
+    code, out, err = await cli_streams("admin", "message", "by-key", "--topic", "Keys", "--key", "nope", *ns)
+    assert code == 1 and out == ""
+    assert "no message of topic 'Keys' has the key or unique key 'nope'" in err
+    code, out, err = await cli_streams(
+        "admin", "message", "by-key", "--topic", "Keys", "--key", "nope", "--json", *ns
+    )
+    assert code == 1 and json.loads(out) == [] and "'nope'" in err

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,9 +35,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     await running.close()
 
 
-def consume(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
+def consume(cluster: Cluster, *args: str, as_json: bool = True) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "orbitmq.cli.main", "consume", "--json", *args],
+        [sys.executable, "-m", "orbitmq.cli.main", "consume", *(["--json"] if as_json else []), *args],
         env={**os.environ, "ORBITMQ_NAMESRV": cluster.address, "HOME": str(cluster.root)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -43,14 +45,25 @@ def consume(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
     )
 
 
-async def finish(process: subprocess.Popen[str]) -> tuple[int, list[dict[str, object]], str]:
+async def communicate(process: subprocess.Popen[str]) -> tuple[str, str]:
     try:
-        out, err = await asyncio.to_thread(process.communicate, timeout=60)
+        return await asyncio.to_thread(process.communicate, timeout=60)
     except subprocess.TimeoutExpired:
         process.kill()  # never leave a consumer running behind a failed test
         process.communicate()
         raise
-    return process.returncode, [json.loads(line) for line in out.splitlines()], err
+
+
+async def finish(process: subprocess.Popen[str]) -> tuple[int, list[dict[str, object]], str]:
+    """Exit code, the messages printed and stderr; a run that ends normally ends with its
+    summary line, which is checked against the messages and left out of them."""
+    out, err = await communicate(process)
+    lines = [json.loads(line) for line in out.splitlines()]
+    if process.returncode == 0:
+        summary = lines.pop()["summary"]
+        assert summary["received"] == len(lines) == sum(q["count"] for q in summary["queues"])
+        assert not any("summary" in line for line in lines)
+    return process.returncode, lines, err
 
 
 async def test_count_exits_and_leaves_the_rest_for_the_next_run(cluster: Cluster) -> None:
@@ -88,17 +101,66 @@ async def test_tag_and_sql_expressions(cluster: Cluster) -> None:
     assert bad[0] == 1 and "'bad group'" in bad[2]
 
 
-async def test_orderly_and_sigterm(cluster: Cluster) -> None:
-    process = consume(cluster, "--group", "GO", "--topic", "Cli", "--from", "first", "--orderly")
-    assert process.stdout is not None
+async def test_orderly_sigterm_summary_and_metrics(cluster: Cluster) -> None:
+    """SIGTERM ends the run with its summary (count, per queue, why); --metrics-port serves the
+    consumer's own figures while it runs."""
+    process = consume(
+        cluster, "--group", "GO", "--topic", "Cli", "--from", "first", "--orderly", "--metrics-port", "0"
+    )
+    assert process.stdout is not None and process.stderr is not None
+    announced = await asyncio.to_thread(process.stderr.readline)
+    url = re.search(r"metrics on (http://\S+)", announced)
+    assert url, announced
     lines = [json.loads(await asyncio.to_thread(process.stdout.readline)) for _ in range(30)]
+    want = ['orbitmq_consume_results_total{group="GO",status="SUCCESS",topic="Cli"} 30.0']
+    for _ in range(50):  # the listener's result is counted just after its line is printed
+        scraped = await asyncio.to_thread(lambda: urllib.request.urlopen(url[1], timeout=10).read().decode())
+        results = [line for line in scraped.splitlines() if line.startswith("orbitmq_consume_results_total{")]
+        if results == want:
+            break
+        await asyncio.sleep(0.1)
+    assert results == want
+    assert 'orbitmq_client_queues_assigned{client="' in scraped
     process.send_signal(signal.SIGTERM)
-    code, rest, err = await finish(process)
-    assert code == 0, err
-    assert rest == []
+    out, err = await communicate(process)
+    assert process.returncode == 0, err
+    [summary_line] = out.splitlines()
+    summary = json.loads(summary_line)["summary"]
+    assert (summary["received"], summary["stopped_by"]) == (30, "SIGTERM")
+    per_queue = {q["queue"]: q["count"] for q in summary["queues"]}
+    assert per_queue == {q: sum(1 for r in lines if r["queue"] == q) for q in range(4)}
     for queue in range(4):
         offsets = [r["queue_offset"] for r in lines if r["queue"] == queue]
         assert offsets == sorted(offsets), "orderly: each queue in offset order"
     async with Admin(cluster.address) as admin:
         progress = await admin.consume_progress("GO", "Cli")
     assert sum(p.consumer_offset for p in progress) == 30, "offsets committed on SIGTERM"
+
+
+async def test_idle_timeout_ends_a_text_run_with_its_summary_and_says_which_body_is_base64(
+    cluster: Cluster,
+) -> None:
+    async with Producer("PB", cluster.address) as producer:
+        await producer.send(Message("Bodies", "grüße".encode()))
+        await producer.send(Message("Bodies", b"\xff\x00\x01"))
+    process = consume(
+        cluster,
+        "--group",
+        "GB",
+        "--topic",
+        "Bodies",
+        "--from",
+        "first",
+        "--idle-timeout",
+        "1.5",
+        as_json=False,
+    )
+    out, err = await communicate(process)
+    assert process.returncode == 0, err
+    bodies = sorted(line.split(": ", 1)[1] for line in out.splitlines())
+    assert bodies == ["[base64, not UTF-8] /wAB", "grüße"]
+    summary = err.strip().splitlines()[-1]
+    assert summary.startswith("orbitmq consume: received 2 message(s) in "), err
+    assert summary.endswith("; stopped by --idle-timeout (1.5 s without a message)"), err
+    queues = re.search(r"per queue: (.*);", summary)
+    assert queues and sum(int(part.rsplit(" ", 1)[1]) for part in queues[1].split(", ")) == 2, summary
