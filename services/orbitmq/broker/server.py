@@ -11,14 +11,11 @@ persist, close the store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
 import signal
 import sys
-
-import grpc
 
 from orbitmq.broker.consumers import ClientRegistry
 from orbitmq.broker.durable_config import DLQ_PERM, adopt_stored_topics, persist_now, stored_topic
@@ -40,6 +37,7 @@ from orbitmq.broker.metrics import (
     TimerCollector,
 )
 from orbitmq.broker.pop.service import PopService
+from orbitmq.broker.registration import Registrar
 from orbitmq.broker.reput import detour
 from orbitmq.broker.schedule import ScheduleService
 from orbitmq.broker.servicer import BrokerServicer
@@ -49,7 +47,7 @@ from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to
 from orbitmq.broker.transactions import TransactionService
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.rpc import RpcFailure
-from orbitmq.common.server import GRPC_OPTIONS, GrpcServer, StartupError, split_host_port
+from orbitmq.common.server import GrpcServer, split_host_port
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, Property
 from orbitmq.store.config import BrokerRole
@@ -58,13 +56,10 @@ from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch
 from orbitmq.store.results import PutResult, PutStatus
 from orbitmq.store.service import StoreService
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2, nameserver_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
-
-UNSETTLED_REGISTER_S = 1.0
-"""Registration retry period while the last round was incomplete (see ``_register_loop``)."""
 
 
 class Broker:
@@ -78,19 +73,23 @@ class Broker:
         )
         self.metrics = BrokerMetrics(self.grpc.registry, settings.broker_name)
         self._tasks = TaskSet(f"broker:{settings.broker_name}")
-        self._namesrv_channels: dict[str, grpc.aio.Channel] = {}
         self.clients = ClientRegistry(clock, settings.channel_expiry_ms)
         self.locks = LockTable(clock, settings.lock_expiry_ms)
         self.holds = PullHolds()
-        self._registration_due = asyncio.Event()
         self.address = ""
         self.replicas = ReplicaTracker()
         self.replication: ReplicationClient | None = None
         self.known_master_addr = ""
-        self._registration_settled = False
-        """Whether the last registration reached every name server (and, for a slave, named
-        its master); see :meth:`_register_loop`."""
         """The master the name servers named in their last registration answer."""
+        self._registrar = Registrar(
+            settings.namesrv_addrs,
+            build_request=self._registration,
+            on_reply=self._registered,
+            is_waiting=lambda: self.is_slave and not self.known_master_addr,
+            interval_s=settings.register_interval_ms / 1000,
+            clock=clock,
+            owner=settings.broker_name,
+        )
         self._master_tasks = TaskSet(f"broker-master:{settings.broker_name}")
         self._role_lock = asyncio.Lock()
 
@@ -110,8 +109,7 @@ class Broker:
         await self._stop_replication()
         await self._master_tasks.close()
         await self._tasks.close()
-        for channel in self._namesrv_channels.values():
-            await channel.close()
+        await self._registrar.close()
         if hasattr(self, "service"):
             await self.service.close()
 
@@ -145,7 +143,7 @@ class Broker:
             default_queue_nums=settings.default_topic_queue_nums,
             auto_create_group=settings.auto_create_subscription_group,
             schedule_levels=self.delay_levels,
-            on_created=lambda topic: self._registration_due.set(),
+            on_created=lambda topic: self.registration_changed(),
             held_topic=self.held_topic,
             reserved_topics=(settings.cluster, settings.broker_name),
         )
@@ -195,9 +193,8 @@ class Broker:
             self._start_master_work()
         self._tasks.spawn("sweep", self._sweep_loop())
         self._tasks.spawn("persist-config", self._persist_loop())
-        if settings.namesrv_addrs:
-            await self._register_all(strict=True)  # routable before anyone is told the broker is up
-            self._tasks.spawn("register", self._register_loop())
+        await self._registrar.register_all(strict=True)  # routable before anyone is told it is up
+        self._registrar.start()
         if self.is_slave:
             self._start_replication()
         log.info(
@@ -336,7 +333,7 @@ class Broker:
                 epoch,
                 self.store.commitlog.max_offset,
             )
-        await self.registration_changed()
+        self.registration_changed()
 
     def _begin_epoch(self, epoch: int, start: int) -> None:
         self.epochs.truncate_after(start)
@@ -416,8 +413,7 @@ class Broker:
         await self._stop_replication()
         await self._master_tasks.close()
         await self._tasks.close()
-        for channel in self._namesrv_channels.values():
-            await channel.close()
+        await self._registrar.close()
         await asyncio.to_thread(self.tables.persist_all)
         await self.service.close()
 
@@ -587,42 +583,17 @@ class Broker:
             await asyncio.sleep(self.settings.config_persist_interval_ms / 1000)
             await asyncio.to_thread(self.tables.persist_all)
 
-    async def registration_changed(self) -> None:
-        """Topics changed: tell the name servers before answering, not at the next heartbeat."""
-        if self.settings.namesrv_addrs:
-            await self._register_all()
+    def registration_changed(self) -> None:
+        """Topics or the role changed: register with every name server now, in the background.
 
-    async def _register_loop(self) -> None:
-        """Register every interval (the heartbeat), and at once when a topic was auto-created.
+        Never awaited by a request: the change is answered once it is held here, and a hung
+        name server must not slow the client (see :mod:`orbitmq.broker.registration`)."""
+        self._registrar.request()
 
-        Every :data:`UNSETTLED_REGISTER_S` instead while the last round was not complete: a name
-        server did not answer (it may be starting beside this broker), or this slave has not
-        learnt its master yet (the master registers after it): waiting a whole interval there
-        kept a new broker group unwritable for half a minute."""
-        while True:
-            interval = self.settings.register_interval_ms / 1000
-            if not self._registration_settled:
-                interval = min(interval, UNSETTLED_REGISTER_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._registration_due.wait(), interval)
-            self._registration_due.clear()
-            await self._register_all()
-
-    def _namesrv(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
-        channel = self._namesrv_channels.get(address)
-        if channel is None:
-            channel = self._namesrv_channels[address] = grpc.aio.insecure_channel(
-                address, options=GRPC_OPTIONS
-            )
-        return nameserver_pb2_grpc.NameServerStub(channel)
-
-    async def _register_all(self, *, strict: bool = False) -> None:
-        """Register with every name server; ``strict`` (at start-up) refuses to start when a
-        configured address answers but is not a name server (a broker's port, say): that is a
-        mistake in the settings, not an outage to wait out."""
+    def _registration(self) -> nameserver_pb2.RegisterBrokerRequest:
+        """This broker's registration as of now (topics, role, epoch)."""
         settings = self.settings
-        wrong: list[str] = []
-        request = nameserver_pb2.RegisterBrokerRequest(
+        return nameserver_pb2.RegisterBrokerRequest(
             cluster=settings.cluster,
             broker_name=settings.broker_name,
             broker_addr=self.address,
@@ -636,33 +607,9 @@ class Broker:
             heartbeat_timeout_ms=settings.heartbeat_timeout_ms,
         )
 
-        answered: list[str] = []
-
-        async def register(address: str) -> None:
-            try:
-                reply = await self._namesrv(address).RegisterBroker(request, timeout=5)
-            except grpc.aio.AioRpcError as error:
-                if error.code() is grpc.StatusCode.UNIMPLEMENTED:
-                    wrong.append(address)
-                else:
-                    log.warning("registration with name server %s failed: %s", address, error.details())
-                return
-            answered.append(address)
-            if reply.master_addr and reply.master_addr != self.address:
-                self.known_master_addr = reply.master_addr
-
-        await asyncio.gather(*(register(a) for a in settings.namesrv_addrs))
-        self._registration_settled = len(answered) == len(settings.namesrv_addrs) and (
-            not self.is_slave or bool(self.known_master_addr)
-        )
-        if wrong:
-            message = (
-                f"name server address {', '.join(wrong)} is not a name server (it does not serve "
-                "orbitmq.v1.NameServer; a broker's port?); check --namesrv / ORBITMQ_NAMESRV"
-            )
-            if strict:
-                raise StartupError(message)
-            log.warning("%s", message)
+    def _registered(self, reply: nameserver_pb2.RegisterBrokerResponse) -> None:
+        if reply.master_addr and reply.master_addr != self.address:
+            self.known_master_addr = reply.master_addr
 
     async def _unregister(self) -> None:
         settings = self.settings
@@ -672,11 +619,7 @@ class Broker:
             broker_addr=self.address,
             broker_id=self.broker_id,
         )
-        for address in settings.namesrv_addrs:
-            try:
-                await self._namesrv(address).UnregisterBroker(request, timeout=2)
-            except grpc.aio.AioRpcError as error:
-                log.warning("unregistering from name server %s failed: %s", address, error.details())
+        await self._registrar.unregister(request)
 
 
 async def run(settings: BrokerSettings) -> None:

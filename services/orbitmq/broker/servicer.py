@@ -437,7 +437,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         if self.b.topics.unsaved:  # a new group or retry topic: durable before the answer
             await self.b.save_config()
         if created:
-            await self.b.registration_changed()
+            self.b.registration_changed()
         for producer in request.producers:
             validate_group_name(producer.group)
         changed = self.b.clients.heartbeat(
@@ -793,7 +793,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         if plan.writes:
             self.b.topics.tables.topics.put(plan.after)
             await self.b.save_config()  # durable before the answer, as RocketMQ's updateTopic
-            await self.b.registration_changed()
+            self.b.registration_changed()
         return broker_pb2.TopicChange(
             outcome=plan.outcome,
             broker_name=self.b.settings.broker_name,
@@ -808,7 +808,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             )
         await self.b.save_config()  # the config first: queues without one would be adopted again
         self.b.store.delete_topic(request.topic)
-        await self.b.registration_changed()
+        self.b.registration_changed()
         return broker_pb2.AdminResponse(message=f"topic {request.topic!r} deleted")
 
     async def ListTopics(self, request, context):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import grpc
@@ -13,6 +14,15 @@ from orbitmq.v1 import broker_pb2_grpc, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+HEDGE_DELAY_S = 0.25
+"""How long a name-server call waits for one name server before asking the next one too: far
+above a live one's answer (milliseconds, tens on a loaded machine), far below a timeout."""
+
+FRESH_CHANNEL_OPTIONS = [*GRPC_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+"""Options of a channel that must open its own connection: gRPC shares connections (and their
+reconnect backoff) between channels to one address, so a new channel to a server that was down
+would otherwise wait as long as the old one before it tries to connect."""
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 """Codes that say nothing answered at that address, so another name server may."""
@@ -28,8 +38,13 @@ class Channels:
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         """Stubs are cached: building one creates a callable per RPC method, too dear per call."""
         self._namesrvs: dict[str, nameserver_pb2_grpc.NameServerStub] = {}
+        self._retired: list[grpc.aio.Channel] = []
+        """Channels replaced by :meth:`reconnect`, closed at :meth:`close`."""
         self._preferred_namesrv = 0
         """Index of the name server that answered last: calls start there."""
+        self.unanswered: set[str] = set()
+        """Name servers whose last call here found them unreachable or too slow (left
+        unanswered for another one): a wait for every name server need not wait for them."""
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
@@ -43,67 +58,103 @@ class Channels:
             stub = self._brokers[address] = broker_pb2_grpc.BrokerStub(self.channel(address))
         return stub
 
-    def _namesrv_stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
+    def namesrv(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
+        """The stub of one name server (most calls want :meth:`namesrv_call` instead)."""
         stub = self._namesrvs.get(address)
         if stub is None:
             stub = self._namesrvs[address] = nameserver_pb2_grpc.NameServerStub(self.channel(address))
         return stub
 
     async def namesrv_call(self, method: str, request: object, timeout_s: float = 5) -> object:
-        """Call a NameServer method, trying each configured name server at most once.
+        """Call a NameServer method on the first name server that answers.
 
         Name servers never talk to each other and any live one is as good as another, so the
         call starts at the one that answered last (RocketMQ's client keeps its chosen name
-        server until it fails) and moves on only when that one cannot be reached. The rotation
-        is computed from one starting point per call, so every address is tried exactly once
-        whatever other calls do meanwhile; a non-connection failure is the server's answer and
-        is raised at once.
+        server until it fails). One that has not answered within :data:`HEDGE_DELAY_S`, or
+        cannot be reached, does not hold the call up: the next one is asked too, and the first
+        answer wins (the others are cancelled). A hung first name server (it accepts the
+        connection and never answers) costs a new process a quarter of a second, not the whole
+        timeout. Every address is asked at most once per call; a non-connection failure is the
+        server's answer and is raised at once.
         """
-        count = len(self.namesrv_addrs)
-        start = self._preferred_namesrv
+        order = [
+            (self._preferred_namesrv + step) % len(self.namesrv_addrs)
+            for step in range(len(self.namesrv_addrs))
+        ]
+        pending: dict[asyncio.Task[object], int] = {}
         failures: list[str] = []
-        for attempt in range(count):
-            index = (start + attempt) % count
-            address = self.namesrv_addrs[index]
-            try:
-                reply = await getattr(self._namesrv_stub(address), method)(request, timeout=timeout_s)
-            except grpc.aio.AioRpcError as error:
-                if error.code() is grpc.StatusCode.UNIMPLEMENTED:
-                    raise RpcFailure(
-                        ErrorReason.SERVICE_NOT_AVAILABLE,
-                        f"{address} is not an orbitmq name server (it does not serve "
-                        f"NameServer.{method}); check --namesrv or {NAMESRV_ENV}",
-                    ) from None
-                if error.code() not in _UNREACHABLE:
-                    raise
-                failures.append(f"{address} {error.code().name.lower()}")
-                continue
-            self._preferred_namesrv = index
-            return reply
+        try:
+            while order or pending:
+                if order:
+                    index = order.pop(0)
+                    call = getattr(self.namesrv(self.namesrv_addrs[index]), method)(
+                        request, timeout=timeout_s
+                    )
+                    pending[asyncio.ensure_future(call)] = index
+                done, _ = await asyncio.wait(
+                    pending, timeout=HEDGE_DELAY_S if order else None, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    index = pending.pop(task)
+                    address = self.namesrv_addrs[index]
+                    try:
+                        reply = task.result()
+                    except grpc.aio.AioRpcError as error:
+                        self._check_reachable_failure(error, address, method)
+                        failures.append(f"{address} {error.code().name.lower()}")
+                        self.unanswered.add(address)
+                        continue
+                    self._preferred_namesrv = index
+                    self.unanswered.discard(address)
+                    return reply
+        finally:
+            for task, index in pending.items():
+                task.cancel()
+                self.unanswered.add(self.namesrv_addrs[index])
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         raise RpcFailure(
             ErrorReason.SERVICE_NOT_AVAILABLE,
             f"no name server answered ({'; '.join(failures)}); check --namesrv or {NAMESRV_ENV}",
         )
 
+    @staticmethod
+    def _check_reachable_failure(error: grpc.aio.AioRpcError, address: str, method: str) -> None:
+        """Raise a failure that is an answer (not a connection problem another name server
+        could work around)."""
+        if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE,
+                f"{address} is not an orbitmq name server (it does not serve "
+                f"NameServer.{method}); check --namesrv or {NAMESRV_ENV}",
+            ) from None
+        if error.code() not in _UNREACHABLE:
+            raise error
+
     async def namesrv_call_each(
         self, method: str, request: object, timeout_s: float = 5
     ) -> dict[str, object]:
-        """Call a NameServer method on every configured name server; replies by address.
+        """Call a NameServer method on every configured name server at once; replies by address.
 
         For changes each name server must hold (they never tell each other anything, RocketMQ's
         mqadmin calls each too): one that cannot be reached fails the call, naming it, after
-        the others were asked, so a retry finishes the job.
+        the others answered (a hung one costs ``timeout_s`` once, not once per name server
+        before it), so a retry finishes the job.
         """
+
+        async def one(address: str) -> object:
+            return await getattr(self.namesrv(address), method)(request, timeout=timeout_s)
+
+        outcomes = await asyncio.gather(*(one(a) for a in self.namesrv_addrs), return_exceptions=True)
         replies: dict[str, object] = {}
         failures: list[str] = []
-        for address in self.namesrv_addrs:
-            try:
-                call = getattr(self._namesrv_stub(address), method)
-                replies[address] = await call(request, timeout=timeout_s)
-            except grpc.aio.AioRpcError as error:
-                if error.code() not in _UNREACHABLE:
-                    raise
-                failures.append(f"{address} {error.code().name.lower()}")
+        for address, outcome in zip(self.namesrv_addrs, outcomes, strict=True):
+            if isinstance(outcome, grpc.aio.AioRpcError) and outcome.code() in _UNREACHABLE:
+                failures.append(f"{address} {outcome.code().name.lower()}")
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                replies[address] = outcome
         if failures:
             raise RpcFailure(
                 ErrorReason.SERVICE_NOT_AVAILABLE,
@@ -112,9 +163,28 @@ class Channels:
             )
         return replies
 
+    def reconnect(self, address: str) -> None:
+        """Open a new channel to ``address`` for the calls that follow.
+
+        A channel whose connection failed waits out gRPC's reconnect backoff (growing up to
+        ``grpc.max_reconnect_backoff_ms``, 5 s) before it tries again, and fails calls at once
+        meanwhile, even when the server is back. A producer whose probe reached a restarted
+        broker on a fresh channel swaps the waiting one out this way; the new channel has its
+        own connection (:data:`FRESH_CHANNEL_OPTIONS`), as the shared one is still waiting. The
+        old channel is closed with the others at :meth:`close`, so calls already on it end as
+        they would have.
+        """
+        channel = self._channels.pop(address, None)
+        self._brokers.pop(address, None)
+        self._namesrvs.pop(address, None)
+        if channel is not None:
+            self._retired.append(channel)
+        self._channels[address] = grpc.aio.insecure_channel(address, options=FRESH_CHANNEL_OPTIONS)
+
     async def close(self) -> None:
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._retired]:
             await channel.close()
+        self._retired.clear()
         self._channels.clear()
         self._brokers.clear()
         self._namesrvs.clear()

@@ -110,7 +110,7 @@ async def test_dead_letters_listed(cluster: tuple[NameServer, RunningBroker]) ->
             consumer_group="G", commit_log_offset=sent.commit_log_offset, delay_level=-1
         )
     )
-    await running.broker.registration_changed()
+    running.broker.registration_changed()
     await asyncio.sleep(0.3)
     code, out = await cli("admin", "dlq", "list", "--group", "G", "--json", "--namesrv", namesrv.address)
     assert code == 0 and [m["body"] for m in json.loads(out)] == ["poison"]

@@ -1,0 +1,206 @@
+"""A broker's registration with its name servers: one independent loop per name server.
+
+Name servers never talk to each other, so the broker tells each one itself (RocketMQ's
+``registerBrokerAll``). Each name server gets its own guarded loop: a registration to a hung
+one (it accepts the connection and never answers) waits out its own timeout while the others
+are told at once, and the next round with a healthy one never waits for the hung one.
+
+Nothing a client asks of the broker waits for a registration: a topic change, a retry topic
+made by a heartbeat, or a role change is answered once it is held locally, and
+:meth:`Registrar.request` wakes every loop to register now. A name server that stops answering
+is logged once, then at most once a minute (:class:`FailureLog`), however often it is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from orbitmq.common.clock import Clock
+from orbitmq.common.server import GRPC_OPTIONS, StartupError
+from orbitmq.common.tasks import TaskSet
+from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_S = 5.0
+"""How long one registration waits for a name server's answer."""
+UNREGISTER_TIMEOUT_S = 2.0
+"""How long a leaving broker waits for each name server (all at once) to forget it."""
+UNSETTLED_REGISTER_S = 1.0
+"""Registration retry period while a name server's last round was incomplete (see
+:meth:`Registrar._register_loop`)."""
+FAILURE_LOG_INTERVAL_MS = 60_000
+"""A name server that keeps failing is logged again at most this often."""
+
+
+class FailureLog:
+    """Logs one name server's registration failures once, then at most once per interval,
+    and its return once (pure: the clock is injected)."""
+
+    def __init__(self, address: str, clock: Clock, interval_ms: int = FAILURE_LOG_INTERVAL_MS) -> None:
+        self.address = address
+        self._clock = clock
+        self._interval_ms = interval_ms
+        self.failures = 0
+        """Failed registrations since the last answer."""
+        self._since_ms = 0
+        self._logged_ms = 0
+
+    def failed(self, detail: str) -> None:
+        now = self._clock.now_ms()
+        self.failures += 1
+        if self.failures == 1:
+            self._since_ms = self._logged_ms = now
+            log.warning(
+                "registration with name server %s failed: %s (retried every second; logged again "
+                "at most once a minute while it fails)",
+                self.address,
+                detail,
+            )
+            return
+        if now - self._logged_ms >= self._interval_ms:
+            log.warning(
+                "registration with name server %s still failing: %d attempts over %d s, last: %s",
+                self.address,
+                self.failures,
+                (now - self._since_ms) // 1000,
+                detail,
+            )
+            self._logged_ms = now
+
+    def answered(self) -> None:
+        if self.failures:
+            log.warning(
+                "registration with name server %s works again after %d failed attempts over %d s",
+                self.address,
+                self.failures,
+                (self._clock.now_ms() - self._since_ms) // 1000,
+            )
+        self.failures = 0
+
+
+class Registrar:
+    """Registers a broker with each name server of ``addresses``, independently.
+
+    Args:
+        addresses: the name servers, ``host:port``.
+        build_request: the registration as of now (topics, role, epoch); called for every
+            attempt, so a registration always carries the latest state.
+        on_reply: told each answer (a slave learns its master from it).
+        is_waiting: whether the broker still waits for something only a registration brings
+            (a slave without a known master): registers every :data:`UNSETTLED_REGISTER_S`.
+        interval_s: the heartbeat period in seconds (``register_interval_ms``).
+        clock: for the failure log's pacing.
+    """
+
+    def __init__(
+        self,
+        addresses: list[str],
+        *,
+        build_request: Callable[[], nameserver_pb2.RegisterBrokerRequest],
+        on_reply: Callable[[nameserver_pb2.RegisterBrokerResponse], None],
+        is_waiting: Callable[[], bool],
+        interval_s: float,
+        clock: Clock,
+        owner: str,
+    ) -> None:
+        self.addresses = addresses
+        self._build_request = build_request
+        self._on_reply = on_reply
+        self._is_waiting = is_waiting
+        self._interval_s = interval_s
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._due = {address: asyncio.Event() for address in addresses}
+        self._answered = dict.fromkeys(addresses, False)
+        self._failures = {address: FailureLog(address, clock) for address in addresses}
+        self._tasks = TaskSet(f"register:{owner}")
+
+    def request(self) -> None:
+        """Register with every name server now, in the background (topics or role changed)."""
+        for due in self._due.values():
+            due.set()
+
+    async def register_all(self, *, strict: bool = False) -> None:
+        """One registration with every name server at once (at start-up); ``strict`` refuses
+        to start when a configured address answers but is not a name server (a broker's port,
+        say): a mistake in the settings, not an outage to wait out."""
+        outcomes = await asyncio.gather(*(self._register(a, refuse_wrong=strict) for a in self.addresses))
+        wrong = [address for address, ok in zip(self.addresses, outcomes, strict=True) if ok is None]
+        if wrong and strict:
+            raise StartupError(_not_a_name_server(wrong))
+
+    def start(self) -> None:
+        """Start the loops, one per name server."""
+        for address in self.addresses:
+            self._tasks.spawn(address, self._register_loop(address))
+
+    async def unregister(self, request: nameserver_pb2.UnregisterBrokerRequest) -> None:
+        """Tell every name server at once that this broker leaves (bounded by the timeout)."""
+
+        async def one(address: str) -> None:
+            try:
+                await self._stub(address).UnregisterBroker(request, timeout=UNREGISTER_TIMEOUT_S)
+            except grpc.aio.AioRpcError as error:
+                log.warning("unregistering from name server %s failed: %s", address, error.details())
+
+        await asyncio.gather(*(one(a) for a in self.addresses))
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    async def _register_loop(self, address: str) -> None:
+        """Register every interval (the heartbeat), and at once when :meth:`request` asks.
+
+        Every :data:`UNSETTLED_REGISTER_S` instead while this name server's last round failed
+        (it may be starting beside this broker) or the broker waits for a registration's
+        answer (a slave that has not learnt its master): waiting a whole interval there kept
+        a new broker group unwritable for half a minute."""
+        due = self._due[address]
+        while True:
+            interval = self._interval_s
+            if not self._answered[address] or self._is_waiting():
+                interval = min(interval, UNSETTLED_REGISTER_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(due.wait(), interval)
+            due.clear()
+            await self._register(address)
+
+    async def _register(self, address: str, *, refuse_wrong: bool = False) -> bool | None:
+        """One registration; True when it answered, False when it did not, None when the
+        address is not a name server (logged, unless ``refuse_wrong``: the caller raises)."""
+        try:
+            request = self._build_request()
+            reply = await self._stub(address).RegisterBroker(request, timeout=REGISTER_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            self._answered[address] = False
+            if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                if not refuse_wrong:
+                    self._failures[address].failed(_not_a_name_server([address]))
+                return None
+            self._failures[address].failed(f"{error.code().name}: {error.details()}")
+            return False
+        self._answered[address] = True
+        self._failures[address].answered()
+        self._on_reply(reply)
+        return True
+
+    def _stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        return nameserver_pb2_grpc.NameServerStub(channel)
+
+
+def _not_a_name_server(addresses: list[str]) -> str:
+    return (
+        f"name server address {', '.join(addresses)} is not a name server (it does not serve "
+        "orbitmq.v1.NameServer; a broker's port?); check --namesrv / ORBITMQ_NAMESRV"
+    )
