@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from orbitmq.client.channels import Channels
+from orbitmq.client.channels import FRESH_CHANNEL_OPTIONS, Channels
 from orbitmq.client.faults import LatencyFaults
 from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
 from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
@@ -40,7 +40,7 @@ from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage, decode
-from orbitmq.v1 import broker_pb2, nameserver_pb2
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc, nameserver_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ class Producer:
         retry_backoff_ms: pause before the first retry, doubled on each further one up to
             ``retry_backoff_max_ms`` (defaults 50 ms and 1 000 ms).
         route_refresh_ms, heartbeat_ms: periodic route refresh and broker heartbeat (30 s each).
+        probe_interval_ms: how often a broker set aside after a failed send is probed (1 000
+            ms); one that answers gets sends again (:mod:`orbitmq.client.faults`).
         default_topic_queue_nums: queues of a topic that the first send auto-creates (4).
         clock: time source of latency fault avoidance (tests).
     """
@@ -94,6 +96,7 @@ class Producer:
         retry_backoff_max_ms: int = 1_000,
         route_refresh_ms: int = 30_000,
         heartbeat_ms: int = 30_000,
+        probe_interval_ms: int = 1_000,
         default_topic_queue_nums: int = 4,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
@@ -108,6 +111,7 @@ class Producer:
         self._send_timeout_s = send_timeout_ms / 1000
         self._route_refresh_s = route_refresh_ms / 1000
         self._heartbeat_s = heartbeat_ms / 1000
+        self._probe_interval_s = probe_interval_ms / 1000
         self._default_queue_nums = default_topic_queue_nums
         self._routes: dict[str, list[WriteQueue]] = {}
         self._route_locks: dict[str, asyncio.Lock] = {}
@@ -130,6 +134,7 @@ class Producer:
         self._started = True
         self._tasks.spawn("route-refresh", self._refresh_loop())
         self._tasks.spawn("heartbeat", self._heartbeat_loop())
+        self._tasks.spawn("fault-probe", self._probe_loop())
 
     async def close(self) -> None:
         """Wait for in-flight async sends, leave the brokers, close channels; idempotent."""
@@ -169,10 +174,13 @@ class Producer:
             return queues
 
     def _store_route(self, topic: str, queues: list[WriteQueue]) -> None:
-        """Keep ``queues``; a broker whose master moved (a failover) is no longer avoided."""
-        old = {q.broker_name: q.address for q in self._routes.get(topic, ())}
+        """Keep ``queues``; a broker whose master moved (a failover), or that is back in the
+        route after it had left it (a restart that outlasted its registration), is no longer
+        avoided."""
+        previous = self._routes.get(topic)
+        old = {q.broker_name: q.address for q in previous or ()}
         for queue in queues:
-            if old.get(queue.broker_name, queue.address) != queue.address:
+            if previous is not None and old.get(queue.broker_name) != queue.address:
                 self._faults.forget(queue.broker_name)
         self._routes[topic] = queues
 
@@ -244,14 +252,45 @@ class Producer:
         for address in list(self._brokers):
             await self._heartbeat(address)
 
-    async def _heartbeat(self, address: str) -> None:
-        request = broker_pb2.HeartbeatRequest(
+    def _heartbeat_request(self) -> broker_pb2.HeartbeatRequest:
+        return broker_pb2.HeartbeatRequest(
             client_id=self.client_id, producers=[broker_pb2.ProducerData(group=self.group)]
         )
+
+    async def _heartbeat(self, address: str) -> None:
         try:
-            await self._channels.broker(address).Heartbeat(request, timeout=3)
+            await self._channels.broker(address).Heartbeat(self._heartbeat_request(), timeout=3)
         except grpc.aio.AioRpcError as error:
             log.info("heartbeat to %s failed: %s", address, error.code().name)
+
+    async def _probe_loop(self) -> None:
+        """Probe each broker set aside after a failed send (RocketMQ 5's fault detector): one
+        that answers is back (a restart, a network blip) and gets sends again at once."""
+        while True:
+            await asyncio.sleep(self._probe_interval_s)
+            await self._probe_failed_brokers()
+
+    async def _probe_failed_brokers(self) -> None:
+        addresses = {q.broker_name: q.address for queues in self._routes.values() for q in queues}
+        for name in self._faults.probe_candidates():
+            address = addresses.get(name)
+            if address is not None and await self._probe(address):
+                log.info("broker %s (%s) answers again; sends go to it", name, address)
+                # The producer's channel may still wait out gRPC's reconnect backoff (up to 5 s)
+                # and fail sends at once meanwhile: the next send opens a new one.
+                self._channels.reconnect(address)
+                self._faults.forget(name)
+
+    async def _probe(self, address: str) -> bool:
+        """Whether the broker at ``address`` answers a heartbeat on a channel of its own (the
+        producer's may still wait out a reconnect backoff, see :meth:`Channels.reconnect`)."""
+        async with grpc.aio.insecure_channel(address, options=FRESH_CHANNEL_OPTIONS) as channel:
+            try:
+                stub = broker_pb2_grpc.BrokerStub(channel)
+                await stub.Heartbeat(self._heartbeat_request(), timeout=self._probe_interval_s)
+            except grpc.aio.AioRpcError:
+                return False
+        return True
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -359,13 +398,15 @@ class Producer:
                 if queues is None:
                     queues = await self.write_queues(topic)
                 target = self._target(topic, queues, sharding_key, queue, target, attempt)
+                attempt_started = time.perf_counter()
                 reply = await self._send_to(target, request, policy.attempt_timeout_s(elapsed_ms))
             except (grpc.aio.AioRpcError, RpcFailure) as error:
                 pause_ms = self._pause_after(error, topic, target, policy, attempt, started)
                 await asyncio.sleep(pause_ms / 1000)
                 queues = await self._refresh_quietly(topic, queues)
                 continue
-            self._faults.record(target.broker_name, (time.perf_counter() - started) * 1000)
+            # This attempt's latency: earlier attempts' failures and pauses are not this broker's.
+            self._faults.record(target.broker_name, (time.perf_counter() - attempt_started) * 1000)
             return SendResult(
                 status=SendStatus.from_wire(reply.status),
                 msg_id=protos[0].properties[Property.UNIQ_KEY],
@@ -391,7 +432,9 @@ class Producer:
         failure = classify(error)
         elapsed_ms = (time.perf_counter() - started) * 1000
         pause_ms = policy.pause_ms(attempt, elapsed_ms, random.random()) if failure.retriable else None
-        if target is not None:
+        if target is not None and failure.retriable:
+            # Unreachable, timed out, not master: avoid it for a while. A refused message (too
+            # big, no permission) says nothing about the broker's health.
             self._faults.record(target.broker_name, 0, failed=True)
         if pause_ms is None:
             name, address = (target.broker_name, target.address) if target else (None, None)

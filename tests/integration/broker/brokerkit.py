@@ -61,9 +61,11 @@ async def broker_process(
     segment_bytes: int = 16 * 1024 * 1024,
     settings: dict[str, Any] | None = None,
     graceful_stop: bool = False,
+    listen: str = "127.0.0.1:0",
 ) -> AsyncIterator[tuple[broker_pb2_grpc.BrokerStub, str, asyncio.subprocess.Process]]:
     """``orbitmq broker`` on free ports (and a free metrics port) as a child process: yields a
-    stub, its metrics URL and the process (SIGKILL it to crash it). ``settings`` go in as the
+    stub, its metrics URL and the process (SIGKILL it to crash it). ``listen`` names the gRPC
+    address instead (a restart on the same port). ``settings`` go in as the
     broker's ``ORBITMQ_BROKER_<NAME>`` environment, as an operator's pod would set them.
 
     At the end a process still running is killed, or with ``graceful_stop`` sent SIGTERM and
@@ -75,7 +77,7 @@ async def broker_process(
         "orbitmq.cli.main",
         "broker",
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--metrics-listen",
         "127.0.0.1:0",
         "--broker-name",
