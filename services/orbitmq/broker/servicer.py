@@ -307,7 +307,8 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
     async def PullMessage(self, request: broker_pb2.PullMessageRequest, context: grpc.aio.ServicerContext):
         b = self.b
         started = time.perf_counter()
-        group = b.topics.group(request.consumer_group)
+        # A pull that commits nothing records no group: readers keeping no offsets leave none.
+        group = b.topics.group(request.consumer_group, record=request.commit_offset >= 0)
         if b.topics.unsaved:  # the group's first pull created it
             await b.save_config()
         if not group.consume_enable:
@@ -413,6 +414,9 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         self.b.topics.for_read(request.topic, request.queue_id)
         if request.offset < 0:
             raise RpcFailure(ErrorReason.INVALID_OFFSET, f"offset {request.offset} must not be negative")
+        self.b.topics.group(request.consumer_group)  # a group that commits is recorded (listed, with its lag)
+        if self.b.topics.unsaved:
+            await self.b.save_config()
         self.b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset)
         return broker_pb2.UpdateConsumerOffsetResponse()
 

@@ -229,7 +229,12 @@ class TopicManager:
 
     # -- subscription groups -------------------------------------------------------------------
 
-    def group(self, group: str, *, create: bool = True) -> SubscriptionGroupConfig:
+    def group(self, group: str, *, create: bool = True, record: bool = True) -> SubscriptionGroupConfig:
+        """The group's config. A group the broker does not know is created (with the defaults)
+        when ``create`` and ``auto_create_subscription_group`` allow it, else refused with
+        ``SUBSCRIPTION_GROUP_NOT_EXIST``. ``record=False`` gives such a group its defaults
+        without recording it: a pull that commits nothing (a Spark batch read, the dead-letter
+        viewer) leaves no group behind; a commit or a heartbeat records it."""
         config = self.tables.subscription_groups.get(group)
         if config is None:  # a known group's name was checked when it was created
             validate_group_name(group)
@@ -238,8 +243,9 @@ class TopicManager:
                     ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group!r} does not exist"
                 )
             config = SubscriptionGroupConfig(group_name=group)
-            self.tables.subscription_groups.put(config)
-            self.unsaved = True
+            if record:
+                self.tables.subscription_groups.put(config)
+                self.unsaved = True
         return config
 
     def create_or_update_group(self, config: SubscriptionGroupConfig) -> None:

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from sparkkit import ThreadCluster
 
+from orbitmq.client.admin import Admin
 from orbitmq.client.message import Message, SendResult
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.client.queue import MessageQueue
+from orbitmq_spark.options import DEFAULT_READER_GROUP
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -51,6 +53,11 @@ def _read(spark: Any, cluster: ThreadCluster, topic: str, **options: str) -> lis
     return reader.load().collect()
 
 
+async def _groups(namesrv: str) -> set[str]:
+    async with Admin(namesrv) as admin:
+        return set(await admin.groups())
+
+
 def _where(row: Any) -> tuple[str, str, int, int]:
     return (row.topic, row.broker, row.queue, row.queue_offset)
 
@@ -80,6 +87,8 @@ def test_batch_read_of_two_topics_returns_every_message_once_with_its_fields(
         by_queue.setdefault((row.topic, row.broker, row.queue), []).append(row.queue_offset)
     assert all(offsets == list(range(len(offsets))) for offsets in by_queue.values())
     assert len(by_queue) == 10
+    # The pulls named the reader group and committed nothing: no broker recorded it.
+    assert DEFAULT_READER_GROUP not in cluster.run(_groups(cluster.namesrv))
 
 
 def test_tag_and_sql92_filters_are_applied(
