@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import click
+import grpc
 
 from orbitmq.cli.common import namesrv_option
 from orbitmq.cli.progress import progress, wanted
+from orbitmq.client.admin import Admin
 from orbitmq.client.message import Message, SendResult
 from orbitmq.client.producer import Producer
 from orbitmq.common.errors import OrbitError
@@ -40,6 +42,8 @@ class Tally:
     sent: int = 0
     failed: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
+    topic_created: bool = False
+    """The topic did not exist when the run started and its first send created it."""
 
     def add(self, result: SendResult, count: int) -> None:
         self.sent += count
@@ -57,6 +61,7 @@ class Tally:
             "seconds": round(seconds, 3),
             "rate_per_s": round(self.sent / seconds, 1) if seconds > 0 else 0.0,
             "statuses": dict(self.statuses),
+            "topic_created": self.topic_created,
             "error": self.error,
         }
 
@@ -236,6 +241,7 @@ def produce(
 
     async def run(advance: Callable[[int], None]) -> str | None:
         """Send everything; the error that stopped the run, if one did."""
+        missing = not await _topic_routed(namesrv, topic)
         async with Producer(group, namesrv, send_timeout_ms=send_timeout_ms) as producer:
             for start in range(0, count, batch):
                 try:
@@ -248,6 +254,10 @@ def produce(
                     tally.failed += min(batch, count - start)
                     return str(error)
                 tally.add(result, len(messages))
+                if missing and not tally.topic_created:
+                    tally.topic_created = True
+                    if not as_json:  # the JSON summary carries topic_created
+                        click.echo(_created_note(topic, result), err=True)
                 report(result, len(messages))
                 advance(len(messages))
         return None
@@ -263,6 +273,28 @@ def produce(
         click.echo(f"{PROGRAM}: {tally.summary_line()}", err=True)
     if failure is not None:
         sys.exit(1)
+
+
+async def _topic_routed(namesrv: str, topic: str) -> bool:
+    """Whether the name servers know ``topic`` before the first send. If not, that send creates
+    it (the brokers' ``auto_create_topic``) or fails naming it; any other failure here counts as
+    known, and the sends report it."""
+    try:
+        async with Admin(namesrv) as admin:
+            await admin.route(topic)
+    except grpc.aio.AioRpcError as error:
+        return error.code() is not grpc.StatusCode.NOT_FOUND
+    except (OrbitError, ValueError):
+        return True
+    return True
+
+
+def _created_note(topic: str, first: SendResult) -> str:
+    return (
+        f"{PROGRAM}: topic {topic!r} did not exist; the first send created it on broker "
+        f"{first.broker_name} (the broker's auto_create_topic is on; 'orbitmq admin topic status "
+        f"--topic {topic}' shows its queues)"
+    )
 
 
 def _reporter(as_json: bool, quiet: bool) -> Callable[[SendResult, int], None]:

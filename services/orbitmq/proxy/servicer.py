@@ -285,6 +285,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @answers(pb.SendMessageResponse)
     async def SendMessage(self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await self._send(request, context)
+        except RpcFailure as failure:
+            if failure.reason == ErrorReason.INVALID_NAME:  # the one name a send carries: its topic's
+                raise Refused(v2.ILLEGAL_TOPIC, failure.message) from None  # reserved, as the broker says
+            raise
+
+    async def _send(self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext) -> Any:
         if not request.messages:
             raise Refused(v2.BAD_REQUEST, "a send must carry at least one message")
         now_ms = int(time.time() * 1000)
