@@ -140,7 +140,9 @@ class Registrar:
             self._tasks.spawn(address, self._register_loop(address))
 
     async def unregister(self, request: nameserver_pb2.UnregisterBrokerRequest) -> None:
-        """Tell every name server at once that this broker leaves (bounded by the timeout)."""
+        """Stop registering, then tell every name server at once that this broker leaves
+        (bounded by the timeout): a registration still on its way must not bring it back."""
+        await self._tasks.close()
 
         async def one(address: str) -> None:
             try:
