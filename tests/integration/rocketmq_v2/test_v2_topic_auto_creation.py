@@ -45,13 +45,13 @@ async def _broker_topics(cluster: V2Cluster) -> set[str]:
     return {t.topic_name for t in reply.topics}
 
 
-@pytest.mark.parametrize("topic", ["TBW102", "%DLQ%billing", "DefaultCluster", "broker-a"])
-async def test_a_send_through_the_proxy_does_not_create_a_reserved_name(tmp_path: Path, topic: str) -> None:
+async def test_a_send_through_the_proxy_does_not_create_a_reserved_name(tmp_path: Path) -> None:
     async with v2_cluster(tmp_path) as cluster:
-        reply = await _send(cluster.endpoint, topic)
-        assert reply.status.code == d.ILLEGAL_TOPIC, reply.status
-        assert f"topic name {topic!r} is reserved" in reply.status.message
-        assert topic not in await _broker_topics(cluster)
+        for topic in ("TBW102", "%DLQ%billing", "DefaultCluster", "broker-a"):
+            reply = await _send(cluster.endpoint, topic)
+            assert reply.status.code == d.ILLEGAL_TOPIC, reply.status
+            assert f"topic name {topic!r} is reserved" in reply.status.message
+            assert topic not in await _broker_topics(cluster)
 
 
 async def test_with_auto_creation_off_a_missing_topic_is_topic_not_found(tmp_path: Path) -> None:
