@@ -29,7 +29,8 @@ from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_nam
 EARLIEST = -2
 LATEST = -1
 DEFAULT_READER_GROUP = "spark-orbitmq-reader"
-"""The consumer group named in pulls when no ``group`` option is given (pulls never commit)."""
+"""The consumer group named in pulls when no ``group`` option is given. The pulls commit nothing,
+so no broker records the group: a read leaves no subscription group behind."""
 DEFAULT_PRODUCER_GROUP = "spark-orbitmq-writer"
 MAX_PULL_BATCH = 1024
 """The broker's cap on messages per pull."""
