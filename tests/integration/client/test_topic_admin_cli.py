@@ -89,9 +89,9 @@ async def test_create_update_and_the_messages_stay_visible(cluster: Cluster) -> 
         "--json",
     )
     assert code == 0, err
-    assert sorted(json.loads(line)["body"] for line in out.splitlines()) == sorted(
-        f"m{i}" for i in range(120)
-    )
+    consumed = [json.loads(line) for line in out.splitlines()]
+    assert consumed.pop()["summary"]["received"] == 120  # the run's last line is its summary
+    assert sorted(r["body"] for r in consumed) == sorted(f"m{i}" for i in range(120))
 
     # consumed: RocketMQ's way down (write queues first, then read queues) goes through
     for option in ("--write-queues", "--read-queues"):

@@ -93,4 +93,5 @@ async def test_a_consumer_of_a_missing_topic_says_so_and_keeps_looking(cluster: 
             consumer.kill()
             consumer.communicate()
     assert consumer.returncode == 0
-    assert json.loads(out)["body"] == "at last"
+    message, summary = map(json.loads, out.splitlines())
+    assert message["body"] == "at last" and summary["summary"]["received"] == 1
