@@ -375,6 +375,11 @@ class LocalCluster:
                 failure = str(error)
                 continue
             self._write_run_file()
+            if died is self.namesrv:
+                note(
+                    "the brokers register with the restarted name server at their next "
+                    "registration (every 30 s); until then it knows no routes"
+                )
             return None
         return (
             f"{failure}; not restarted again after {budget.max_restarts} restarts within "
