@@ -6,7 +6,8 @@ the periodic flush interval lost the topic, the next send re-created it with the
 queues, and the messages acknowledged in queues 4..7 were never read again. Each write is
 :meth:`~orbitmq.store.config_store.JsonConfigStore.persist`'s (temporary file, fsync, rename,
 fsync of the directory), run in a worker thread. The periodic flush (``_persist_loop``) stays
-for what consumers commit on every pull, which RocketMQ also writes on a timer only.
+for what consumers commit on every pull, which RocketMQ also writes on a timer only; it also
+retries a write the disk refused and writes the copies a slave receives from its master.
 
 The other half is for stores that lack a topic's config anyway (written by an older broker, a
 lost ``topics.json``, a slave promoted before the master's config copy came): a topic whose
