@@ -10,6 +10,8 @@ any free port. Deriving them is pure (:func:`plan_ports`); finding who holds a w
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,21 +115,37 @@ def _check(wanted: list[WantedPort]) -> None:
 
 def taken_ports(
     wanted: list[WantedPort],
+    host: str = "127.0.0.1",
     listeners_of: Callable[[int], list[int]] = port_listeners,
-    describe: Callable[[int], str] | None = None,
 ) -> list[str]:
     """One sentence per wanted port that a process already listens on: the port, who wanted
-    it and why, and the process that has it (from /proc; "unknown" when it cannot be seen)."""
-    describe = describe or describe_owner
+    it and why, and the process that has it (from /proc). A port that cannot be bound on
+    ``host`` while /proc shows no owner (another user's process, or no /proc) is named too."""
     found = []
     for port in wanted:
         if not port.port:
             continue
         pids = listeners_of(port.port)
         if pids:
-            owners = ", ".join(describe(pid) for pid in pids)
-            found.append(f"port {port.port} ({port.label}, {port.source}) is taken by {owners}")
+            owners = ", ".join(describe_owner(pid) for pid in pids)
+        elif _bind_refused(host, port.port):
+            owners = "a process this user cannot see"
+        else:
+            continue
+        found.append(f"port {port.port} ({port.label}, {port.source}) is taken by {owners}")
     return found
+
+
+def _bind_refused(host: str, port: int) -> bool:
+    """Whether ``host:port`` is in use (as the servers bind: with SO_REUSEADDR, so a port
+    whose old connections linger in TIME_WAIT counts as free)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
 
 
 def describe_owner(pid: int) -> str:

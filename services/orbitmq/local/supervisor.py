@@ -235,7 +235,7 @@ class LocalCluster:
                 f"{self.data_dir} is in use by {named} (left over from an earlier `orbitmq local up`, "
                 f"or still running); stop them with: kill {' '.join(str(pid) for _, pid in found)}"
             )
-        taken = taken_ports(ports.all())
+        taken = taken_ports(ports.all(), self.host)
         if taken:
             raise StartupError(
                 "; ".join(taken) + "; give other --namesrv-port/--broker-port (the metrics ports "

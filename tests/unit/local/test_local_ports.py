@@ -67,5 +67,15 @@ def test_a_taken_port_names_the_port_its_user_and_the_process() -> None:
     assert taken_ports(plan.all()) == [], "free again once closed"
 
 
+def test_a_taken_port_whose_owner_cannot_be_seen_is_still_named() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        plan = _plan(port, 0, ns_metrics=0)
+        [taken] = taken_ports(plan.all(), "127.0.0.1", listeners_of=lambda _: [])  # as for another user's
+    assert taken == f"port {port} (namesrv, --namesrv-port) is taken by a process this user cannot see"
+
+
 def test_an_owner_that_cannot_be_seen_still_names_the_pid() -> None:
     assert describe_owner(2**22 + 1).startswith(f"PID {2**22 + 1} (")
