@@ -6,10 +6,6 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from orbitmq_operator.builders.errors import SpecError
-from orbitmq_operator.config import parse_overrides
-from orbitmq_spark.jobkit import namesrv_arg
-from orbitmq_spark.options import OptionError, parse_read_options
 from pydantic import ValidationError
 
 from orbitmq.broker.settings import BrokerSettings
@@ -17,6 +13,10 @@ from orbitmq.client.channels import Channels
 from orbitmq.common.namesrv_list import LIST_RULE, NamesrvListError, parse_namesrv_list
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.sidecar.settings import SidecarSettings
+from orbitmq_operator.builders.errors import SpecError
+from orbitmq_operator.config import parse_overrides
+from orbitmq_spark.jobkit import namesrv_arg
+from orbitmq_spark.options import OptionError, parse_read_options
 
 TWO = ["a.example:9876", "10.0.0.2:9877"]
 
@@ -96,5 +96,5 @@ def test_spark_options_and_job_arguments_take_commas() -> None:
 def test_operator_overrides_take_either_separator() -> None:
     overrides = parse_overrides("ns/demo=a.example:9876,10.0.0.2:9877,ns/other=h:1;g:2")
     assert overrides == {"ns/demo": "a.example:9876;10.0.0.2:9877", "ns/other": "h:1;g:2"}
-    with pytest.raises(SpecError, match="ns/demo: .*entry 'b' has no ':port'"):
+    with pytest.raises(SpecError, match=r"ns/demo: .*entry 'b' has no ':port'"):
         parse_overrides("ns/demo=a:1,b")
