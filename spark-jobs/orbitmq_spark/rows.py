@@ -27,12 +27,14 @@ from pyspark.sql.types import (
 
 from orbitmq import native
 from orbitmq.client.message import Message
+from orbitmq.common import properties as common_properties
 from orbitmq.common.topics import Property, split_keys
 from orbitmq.store.record import LazyProperties, RecordError, StoredMessage, decode
 from orbitmq_spark.options import OptionError
 
-SYSTEM_PROPERTIES = frozenset(v for k, v in vars(Property).items() if k.isupper())
-"""Properties the system reads itself; shown as columns (tags, keys, msg_id) or not at all."""
+SYSTEM_PROPERTIES = common_properties.SYSTEM_PROPERTIES
+"""Properties the system uses (the one list, :mod:`orbitmq.common.properties`); shown as columns
+(tags, keys, msg_id) or not at all, and refused in a written row's properties."""
 
 SCHEMA = StructType(
     [

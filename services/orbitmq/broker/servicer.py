@@ -31,6 +31,7 @@ from orbitmq.broker.topic_changes import (
 )
 from orbitmq.broker.topics import retry_topic, topic_to_proto
 from orbitmq.common.names import validate_group_name, validate_topic_name
+from orbitmq.common.properties import BROKER_PROPERTIES, SystemPropertyError, check_sent_properties
 from orbitmq.common.rpc import RpcFailure, parse_request, returns_reply_bytes, takes_request_bytes
 from orbitmq.common.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, Property
 from orbitmq.native import NATIVE, SendHeader, scan_send
@@ -76,7 +77,9 @@ _ACK_RESULT = {
     AckOutcome.UNKNOWN: broker_pb2.ACK_UNKNOWN_HANDLE,
 }
 _DETOUR_KEYS = frozenset({Property.DELAY, Property.TRANSACTION_PREPARED, *TIMER_KEYS})
-_DETOUR_NAMES = tuple(name.encode() for name in sorted(_DETOUR_KEYS))
+_DETOUR_NAMES = tuple(name.encode() for name in sorted(_DETOUR_KEYS | BROKER_PROPERTIES))
+"""What sends the C path leaves to the Python path: detours, and system properties only the
+broker writes (refused there, :func:`_check_sent_properties`)."""
 _TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "order")
 """UpdateTopicRequest's optional fields: only those present change."""
 _TOPIC_OF = attrgetter("topic")
@@ -93,6 +96,17 @@ def _properties(protos: Iterable[common_pb2.Message]) -> list[dict[str, str]]:
     # A comprehension over the upb map's own iterator: dict(map) goes through the
     # pure-Python Mapping.keys() view and costs twice as much per message.
     return [{k: p[k] for k in p} for p in map(_PROPERTIES_OF, protos)]
+
+
+def _check_sent_properties(properties: list[dict[str, str]]) -> None:
+    """No message of a send carries a property only the broker writes (``REAL_TOPIC``,
+    ``RETRY_TOPIC``, ``PGROUP``, ...): a raw request cannot pass one off as the system's."""
+    for props in properties:
+        if not BROKER_PROPERTIES.isdisjoint(props):
+            try:
+                check_sent_properties(props)
+            except SystemPropertyError as error:
+                raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, str(error)) from None
 
 
 def _check_topics(topic: str, protos: list[common_pb2.Message]) -> None:
@@ -198,6 +212,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             protos = list(request.messages)  # one wrapper per message, reused by the column maps below
             _check_topics(request.topic, protos)
             properties = _properties(protos)
+            _check_sent_properties(properties)
             count, transaction_id = len(protos), properties[0].get(Property.UNIQ_KEY)
             if not request.sys_flag and all(map(_DETOUR_KEYS.isdisjoint, properties)):
                 # No message detours, so the batch is stored column by column.

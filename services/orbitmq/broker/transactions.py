@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from orbitmq.broker.consumers import ClientRegistry
 from orbitmq.broker.reput import restore
 from orbitmq.common.clock import Clock
+from orbitmq.common.properties import TRANSACTION_CHECK_TIMES, TRANSACTION_ID
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, Property
 from orbitmq.store.config_store import ConsumerOffsetTable
@@ -29,8 +30,7 @@ from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
 
 log = logging.getLogger(__name__)
 
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-TRANSACTION_ID = "__transactionId__"
+CHECK_TIMES = TRANSACTION_CHECK_TIMES
 PROGRESS_GROUP = "CID_RMQ_SYS_TRANS"
 OP_DONE_TAG = "d"
 OP_DISCARD_TAG = "discard"

@@ -29,6 +29,7 @@ from orbitmq.client.admin import Admin
 from orbitmq.client.message import Message, SendResult
 from orbitmq.client.producer import Producer
 from orbitmq.common.errors import OrbitError
+from orbitmq.common.properties import SystemPropertyError, check_user_properties
 
 PROGRAM = "orbitmq produce"
 
@@ -118,12 +119,18 @@ class Instant(click.ParamType):
 
 
 def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
-    """``K=V`` pairs as a dict; a value without ``=`` or with an empty key is a usage error."""
+    """``K=V`` pairs as a dict; a value without ``=``, an empty key or a system property's name
+    (``UNIQ_KEY``, ``TAGS``, ``DELAY``, ...: use ``--tag``, ``--key``, ``--delay-level``) is a
+    usage error."""
     properties: dict[str, str] = {}
     for value in values:
         key, sep, text = value.partition("=")
         if not sep or not key.strip():
             raise click.BadParameter(f"{value!r} must be KEY=VALUE", param_hint="--property")
+        try:
+            check_user_properties([key.strip()])
+        except SystemPropertyError as error:
+            raise click.BadParameter(str(error), param_hint="--property") from None
         properties[key.strip()] = text
     return properties
 
@@ -143,7 +150,8 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "properties",
     multiple=True,
     metavar="K=V",
-    help="User property (repeatable), e.g. for SQL92 filters: --property a=3 --property region=eu.",
+    help="User property (repeatable), e.g. for SQL92 filters: --property a=3 --property region=eu. "
+    "System names (UNIQ_KEY, TAGS, DELAY, TIMER_DELIVER_MS, ...) are refused: use --tag, --key, --delay.",
 )
 @click.option("--sharding-key", help="Ordered: every message with this key goes to the same queue.")
 @click.option("--delay-level", type=click.IntRange(0, 18), default=0, show_default=True)

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from orbitmq.common.properties import SYSTEM_PROPERTIES, check_user_properties
 from orbitmq.common.topics import KEY_SEPARATOR, Property
 from orbitmq.v1 import common_pb2
 from orbitmq.v1.broker_pb2 import SendStatus as _WireSendStatus
@@ -16,7 +17,13 @@ from orbitmq.v1.broker_pb2 import SendStatus as _WireSendStatus
 
 @dataclass(slots=True)
 class Message:
-    """A message to send: ``tags`` filter on the broker, ``keys`` are indexed for queries."""
+    """A message to send: ``tags`` filter on the broker, ``keys`` are indexed for queries.
+
+    ``properties`` are the application's own (SQL92 filters read them); a name the system uses
+    (``TAGS``, ``UNIQ_KEY``, ``DELAY``, ... :data:`orbitmq.common.properties.SYSTEM_PROPERTIES`)
+    is refused when the message is sent (:class:`~orbitmq.common.properties.SystemPropertyError`,
+    a ``ValueError``): tags, keys and timing have their own fields.
+    """
 
     topic: str
     body: bytes
@@ -31,9 +38,18 @@ class Message:
     ``timer_max_delay_ms``, 3 days by default; a time already past is delivered now)."""
     delay_ms: int | None = None
     """Deliver this many milliseconds after the broker stores it (the broker's timer)."""
+    system_properties: dict[str, str] = field(default_factory=dict)
+    """System properties set by orbitmq's own components, not checked (the RocketMQ 5 proxy: a
+    client's message id as ``UNIQ_KEY``, a FIFO group as ``__SHARDINGKEY``); not for
+    applications."""
 
     def to_proto(self, unique_key: str) -> common_pb2.Message:
+        """The wire message; raises ``ValueError`` for a user property with a system name or a
+        bad delay."""
+        if not SYSTEM_PROPERTIES.isdisjoint(self.properties):
+            check_user_properties(self.properties)
         properties = dict(self.properties)
+        properties.update(self.system_properties)
         if self.tags:
             properties[Property.TAGS] = self.tags
         if self.keys:

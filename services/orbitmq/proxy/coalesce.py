@@ -194,7 +194,7 @@ class SendCoalescer:
         return [
             dataclasses.replace(
                 result,
-                msg_id=message.properties.get(Property.UNIQ_KEY, result.msg_id),
+                msg_id=message.system_properties.get(Property.UNIQ_KEY, result.msg_id),
                 queue_offset=result.queue_offset + i,
             )
             for i, (message, _) in enumerate(items)

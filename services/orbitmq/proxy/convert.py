@@ -5,7 +5,10 @@ so an orbitmq consumer sees what a RocketMQ 4 consumer would: ``TAGS``, ``KEYS``
 separated), ``UNIQ_KEY`` (the client's message id, so both sides name a message alike),
 ``__SHARDINGKEY`` (the FIFO message group) and ``TIMER_DELIVER_MS`` (the requested delivery
 time). User properties are copied as they are; a user property that would overwrite one of the
-names the system reads is refused (``ILLEGAL_MESSAGE_PROPERTY_KEY``), as RocketMQ's proxy does.
+names the system uses (:data:`orbitmq.common.properties.SYSTEM_PROPERTIES`, the one list every
+entry point refuses) is refused with ``ILLEGAL_MESSAGE_PROPERTY_KEY``, as RocketMQ's proxy does.
+The system properties travel in the orbitmq message's ``system_properties``, apart from the
+user's.
 
 Delivery at a timestamp: the requested time travels as ``TIMER_DELIVER_MS`` and the broker's
 timer (:mod:`orbitmq.broker.timer`) delivers the message at that time, to the millisecond as
@@ -24,27 +27,16 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orbitmq.broker.transactions import CHECK_TIMES, TRANSACTION_ID
 from orbitmq.client.message import Message as OrbitMessage
 from orbitmq.common.names import InvalidNameError, validate_topic_name
+from orbitmq.common.properties import SHARDING_KEY, SYSTEM_PROPERTIES, USER_RULE
 from orbitmq.common.topics import KEY_SEPARATOR, Property, split_keys
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 
-SHARDING_KEY = "__SHARDINGKEY"
-"""RocketMQ's property for a FIFO message's group (its ``MessageConst.PROPERTY_SHARDING_KEY``)."""
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELIVER_MS = Property.TIMER_DELIVER_MS
 """RocketMQ 5's property for the requested delivery time (epoch milliseconds)."""
 TIMER_MAX_DELAY_MS = 3 * 86_400_000
 """The furthest delivery time accepted: the brokers' default ``timer_max_delay_ms``."""
-BORN_HOST = "__BORNHOST"
-"""Not stored as a property (the record has a born-host field); listed so users cannot set it."""
-
-RESERVED_PROPERTIES = frozenset(
-    {value for name, value in vars(Property).items() if not name.startswith("_") and isinstance(value, str)}
-    | {SHARDING_KEY, TIMER_DELIVER_MS, BORN_HOST, CHECK_TIMES, TRANSACTION_ID, "MIN_OFFSET", "MAX_OFFSET"}
-)
-"""Property names the system reads; user properties may not use them."""
-
 MAX_MESSAGE_GROUP_CHARS = 64
 """RocketMQ's proxy limit on a message group's length."""
 MAX_PROPERTIES_BYTES = 16 * 1024
@@ -107,6 +99,7 @@ def outbound(
     if not system.message_id:
         raise Refused(v2.ILLEGAL_MESSAGE_ID, f"message to topic {topic} has no message_id (clients set one)")
     properties = _user_properties(message.user_properties)
+    system_properties = {Property.UNIQ_KEY: system.message_id}
     message_type = system.message_type or v2.NORMAL
     group = system.message_group if system.HasField("message_group") else None
     timed = system.HasField("delivery_timestamp")
@@ -117,12 +110,11 @@ def outbound(
                 v2.ILLEGAL_MESSAGE_GROUP,
                 f"message group {group!r} must be non-blank and at most {MAX_MESSAGE_GROUP_CHARS} characters",
             )
-        properties[SHARDING_KEY] = group
+        system_properties[SHARDING_KEY] = group
     deliver_ms = None
     if timed:
         deliver_ms = max(0, system.delivery_timestamp.ToMilliseconds())
         _check_delivery_time(deliver_ms - now_ms, max_delay_ms)
-    properties[Property.UNIQ_KEY] = system.message_id
     return Outbound(
         OrbitMessage(
             topic=topic,
@@ -131,6 +123,7 @@ def outbound(
             keys=_keys(system.keys) or None,
             properties=properties,
             deliver_at_ms=deliver_ms,
+            system_properties=system_properties,
         ),
         system.message_id,
         message_type,
@@ -191,10 +184,12 @@ def _decoded_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
 def _user_properties(user: Mapping[str, str]) -> dict[str, str]:
     size = 0
     for key, value in user.items():
-        if key in RESERVED_PROPERTIES or not key:
+        if not key:
+            raise Refused(v2.ILLEGAL_MESSAGE_PROPERTY_KEY, "a user property needs a non-empty name")
+        if key in SYSTEM_PROPERTIES:
             raise Refused(
                 v2.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                f"user property {key!r} is reserved for the system; reserved: {sorted(RESERVED_PROPERTIES)}",
+                f"user property {key!r} is reserved for the system: {USER_RULE}",
             )
         size += len(key.encode()) + len(value.encode())
     if size > MAX_PROPERTIES_BYTES:
@@ -264,7 +259,7 @@ def inbound(
     system.store_timestamp.FromMilliseconds(store_timestamp_ms)
     system.queue_id = queue_id
     system.queue_offset = queue_offset
-    user = {k: v for k, v in properties.items() if k not in RESERVED_PROPERTIES}
+    user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
     message.user_properties.update(user)
     return message
 

@@ -159,7 +159,7 @@ class Transactions:
         topic = outbound.message.topic
         self.serve({topic})
         producer = await self._producer(topic)
-        outbound.message.properties[Property.TRANSACTION_PREPARED] = "true"
+        outbound.message.system_properties[Property.TRANSACTION_PREPARED] = "true"
         result = await producer.send(outbound.message, timeout_ms=timeout_ms)
         return result, TransactionRef(result.broker_name, result.commit_log_offset, outbound.message_id)
 

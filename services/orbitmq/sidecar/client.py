@@ -14,8 +14,10 @@ from typing import Any
 
 import grpc
 
+from orbitmq.common.properties import check_user_properties
 from orbitmq.common.rpc import failure_of
 from orbitmq.common.server import GRPC_OPTIONS
+from orbitmq.common.topics import KEY_SEPARATOR, Property
 from orbitmq.v1 import common_pb2, sidecar_pb2, sidecar_pb2_grpc
 from orbitmq.v1.sidecar_pb2 import AckStatus
 
@@ -105,14 +107,18 @@ class SidecarClient:
     ) -> sidecar_pb2.SidecarSendResponse:
         """Send through the sidecar's producer (which retries through a failover). A send that
         failed for good raises :class:`~orbitmq.common.rpc.RpcFailure` with the reason and a
-        one-line message naming the topic and the broker."""
+        one-line message naming the topic and the broker. ``properties`` are user properties: a
+        system property's name (``TAGS``, ``UNIQ_KEY``, ...) raises
+        :class:`~orbitmq.common.properties.SystemPropertyError` (a ``ValueError``) before
+        anything is sent; tags, keys and the delay level have their own arguments."""
         props = dict(properties or {})
+        check_user_properties(props)
         if tags:
-            props["TAGS"] = tags
+            props[Property.TAGS] = tags
         if keys:
-            props["KEYS"] = " ".join(keys)
+            props[Property.KEYS] = KEY_SEPARATOR.join(keys)
         if delay_level:
-            props["DELAY"] = str(delay_level)
+            props[Property.DELAY] = str(delay_level)
         request = sidecar_pb2.SidecarSendRequest(
             message=common_pb2.Message(topic=topic, body=body, properties=props),
             sharding_key=sharding_key or "",

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,10 +35,11 @@ from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer
+from orbitmq.common.topics import Property, split_keys
 from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_deliveries
 from orbitmq.sidecar.settings import SidecarSettings
 from orbitmq.store.record import StoredMessage
-from orbitmq.v1 import broker_pb2, sidecar_pb2, sidecar_pb2_grpc
+from orbitmq.v1 import broker_pb2, common_pb2, sidecar_pb2, sidecar_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
 from orbitmq.v1.sidecar_pb2 import AckStatus
 
@@ -203,10 +205,8 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
         """The library producer's send (it rides out a failover); a send that fails for good
         reaches the application as one status whose reason and one-line message name the
         topic and the broker (``SendFailed``, mapped like any ``RpcFailure``)."""
-        m = request.message
-        properties = dict(m.properties)
-        message = Message(m.topic, m.body, properties=properties, flag=m.flag)
         try:
+            message = message_of(request.message)
             result = await self.s.producer.send(message, sharding_key=request.sharding_key or None)
         except (ValueError, TypeError) as error:  # a bad message (names are mapped already)
             raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, str(error)) from None
@@ -227,6 +227,37 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
         await self.s.hub.set_paused(False)
         self.s.consumer.resume()
         return sidecar_pb2.ResumeResponse()
+
+
+def message_of(wire: common_pb2.Message) -> Message:
+    """The library message for a sidecar send: the wire carries tags, keys and timing as their
+    system properties (``TAGS``, ``KEYS``, ``DELAY``, ``TIMER_DELIVER_MS``, ``TIMER_DELAY_MS``,
+    ``TIMER_DELAY_SEC``), which become the message's fields; any other system name (``UNIQ_KEY``,
+    ``REAL_TOPIC``, ...) is refused by the message, naming it (``ValueError``)."""
+    properties = dict(wire.properties)
+    fields: dict[str, Any] = {}
+    if Property.TAGS in properties:
+        fields["tags"] = properties.pop(Property.TAGS)
+    if Property.KEYS in properties:
+        fields["keys"] = list(split_keys(properties.pop(Property.KEYS)))
+    for name, field, unit in _TIMING:
+        if name in properties:
+            text = properties.pop(name)
+            if not text.isdigit():
+                raise ValueError(f"property {name} {text!r} must be a non-negative whole number")
+            if field in fields:
+                raise ValueError(f"set one of {', '.join(n for n, _, _ in _TIMING)}, not several")
+            fields[field] = int(text) * unit
+    return Message(wire.topic, wire.body, properties=properties, flag=wire.flag, **fields)
+
+
+_TIMING = (
+    (Property.DELAY, "delay_level", 1),
+    (Property.TIMER_DELIVER_MS, "deliver_at_ms", 1),
+    (Property.TIMER_DELAY_MS, "delay_ms", 1),
+    (Property.TIMER_DELAY_SEC, "delay_ms", 1000),
+)
+"""Timing properties of the sidecar's wire and the message field each sets (times its unit)."""
 
 
 class _SidecarCollector(Collector):

@@ -91,6 +91,24 @@ async def test_usual_sends_take_the_c_path_and_detours_the_python_path(
     assert [decode(r).body for r in reply.records] == [b"a", b"b"]
 
 
+async def test_a_send_carrying_a_property_only_the_broker_writes_is_refused_naming_it(
+    broker: RunningBroker,
+) -> None:
+    """``REAL_TOPIC``, ``RETRY_TOPIC``, ``PGROUP``, ``CLUSTER``...: the broker writes these on its
+    own paths (delays, retries, transactions); a raw send carrying one is refused on either send
+    path, and nothing is stored. The names a producer writes (tags, keys, ids, timing) pass."""
+    for name in ("REAL_TOPIC", "RETRY_TOPIC", "PGROUP", "CLUSTER", "TRANSACTION_CHECK_TIMES", "MAX_OFFSET"):
+        request = send_request("Raw", b"x", queue_id=0, TAGS="T", **{name: "Elsewhere"})
+        await expect_failure(broker.stub.SendMessage(request), ErrorReason.MESSAGE_ILLEGAL, f"'{name}'")
+    batch = send_request("Raw", b"ok", queue_id=0, TAGS="T", KEYS="k", UNIQ_KEY="AB" * 16)
+    batch.messages.append(common_pb2.Message(topic="Raw", body=b"bad", properties={"REAL_QID": "3"}))
+    await expect_failure(broker.stub.SendMessage(batch), ErrorReason.MESSAGE_ILLEGAL, "'REAL_QID'")
+    ok = await broker.stub.SendMessage(send_request("Raw", b"ok", queue_id=0, TAGS="T", KEYS="k"))
+    assert ok.queue_offset == 0  # the refused sends stored nothing
+    reply = await broker.stub.PullMessage(pull_request("Raw", 0, 0))
+    assert [(decode(r).body, decode(r).tags) for r in reply.records] == [(b"ok", "T")]
+
+
 async def test_round_robin_over_write_queues_when_no_queue_given(broker: RunningBroker) -> None:
     queues = [(await broker.stub.SendMessage(send_request("RR", b"x"))).queue_id for _ in range(8)]
     assert sorted(queues) == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -14,6 +14,7 @@ from brokerkit import RunningBroker, start_broker, stop_broker
 
 from orbitmq.client.message import Message, SendStatus
 from orbitmq.client.producer import Producer, TransactionProducer, sharding_queue
+from orbitmq.common.properties import SystemPropertyError
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
@@ -147,6 +148,11 @@ async def test_bad_input_is_refused_clearly(cluster) -> None:  # type: ignore[no
             await producer.send(Message("T", "text"))  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="delay level 40"):
             await producer.send(Message("T", b"x", delay_level=40))
+        for name in ("UNIQ_KEY", "DELAY", "TAGS", "KEYS", "TIMER_DELAY_MS", "__STARTDELIVERTIME", "PGROUP"):
+            # System names are not user properties: UNIQ_KEY=myid became the msg_id, DELAY=2
+            # delayed the message, TAGS=x set its tag.
+            with pytest.raises(SystemPropertyError, match=f"property '{name}' is reserved for the system"):
+                await producer.send(Message("T", b"x", properties={"region": "eu", name: "2"}))
         with pytest.raises(RpcFailure) as caught:
             await producer.send(Message("T", b"x" * (256 * 1024 + 1)))
         assert caught.value.reason == ErrorReason.MESSAGE_ILLEGAL
@@ -262,6 +268,13 @@ async def test_produce_cli_properties_reach_sql92_filters(cluster) -> None:  # t
         CliRunner().invoke, main, ["produce", "--namesrv", namesrv.address, "--topic", "P", "--property", "x"]
     )
     assert bad.exit_code == 2 and "'x' must be KEY=VALUE" in bad.output
+    for name in ("UNIQ_KEY", "DELAY", "TAGS"):
+        args = ["produce", "--namesrv", namesrv.address, "--topic", "Props", "--property", f"{name}=2"]
+        system = await asyncio.to_thread(CliRunner().invoke, main, args)
+        assert system.exit_code == 2, system.output
+        assert f"property '{name}' is reserved for the system" in system.output, system.output
+    stored = [m for b in brokers for q in range(4) for m in await pull_all(b, "Props", q)]
+    assert len(stored) == 2  # nothing more was sent
 
 
 async def test_final_send_failure_is_one_line(tmp_path: Path) -> None:

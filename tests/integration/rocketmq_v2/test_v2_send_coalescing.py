@@ -31,7 +31,8 @@ async def test_concurrent_sends_share_broker_calls_and_each_result_names_its_own
 ) -> None:
     coalescer = SendCoalescer(cluster.proxy.producer)
     sent = [
-        Message("V2Coalesce", f"body-{i}".encode(), properties={"UNIQ_KEY": f"id-{i}"}) for i in range(60)
+        Message("V2Coalesce", f"body-{i}".encode(), system_properties={"UNIQ_KEY": f"id-{i}"})
+        for i in range(60)
     ]
     results = await asyncio.gather(*(coalescer.send(m) for m in sent))
     assert coalescer.messages == 60

@@ -14,13 +14,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
 from clusterkit import Cluster, eventually, scrape, start_cluster
 
 from orbitmq.client import Admin, Message, Producer
+from orbitmq.common.properties import SystemPropertyError
+from orbitmq.common.rpc import failure_of
 from orbitmq.sidecar.client import SidecarClient
+from orbitmq.v1 import common_pb2, sidecar_pb2, sidecar_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -268,7 +273,30 @@ async def test_send_through_the_sidecar_and_bad_settings(cluster: Cluster) -> No
     try:
         async with SidecarClient(sidecar.address) as client:
             reply = await client.send("Work", b"via sidecar", tags="T", keys=["k1"])
+            # System names are not user properties: the thin client refuses them before sending...
+            with pytest.raises(SystemPropertyError, match="property 'UNIQ_KEY' is reserved"):
+                await client.send("Work", b"x", properties={"UNIQ_KEY": "myid"})
         assert reply.status == 1 and reply.msg_id
+        # ... and the sidecar refuses them from any application on its wire, where TAGS, KEYS
+        # and the timing names set the message's tags, keys and timing.
+        async with grpc.aio.insecure_channel(sidecar.address) as channel:
+            stub = sidecar_pb2_grpc.SidecarStub(channel)
+            for properties, refusal in (
+                ({"UNIQ_KEY": "myid"}, "property 'UNIQ_KEY' is reserved for the system"),
+                ({"REAL_TOPIC": "Other"}, "property 'REAL_TOPIC' is reserved for the system"),
+                ({"DELAY": "soon"}, "property DELAY 'soon' must be a non-negative whole number"),
+            ):
+                wire = common_pb2.Message(topic="Work", body=b"x", properties=properties)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.Send(sidecar_pb2.SidecarSendRequest(message=wire))
+                failure = failure_of(caught.value)
+                assert failure is not None and failure.reason == ErrorReason.MESSAGE_ILLEGAL
+                assert refusal in failure.message, failure.message
+            wire = common_pb2.Message(topic="Work", body=b"tagged", properties={"TAGS": "T", "KEYS": "a b"})
+            tagged = await stub.Send(sidecar_pb2.SidecarSendRequest(message=wire))
+        async with Admin(cluster.address) as admin:
+            stored = await admin.message_by_id(tagged.msg_id, "Work")
+        assert (stored.tags, stored.keys) == ("T", ("a", "b"))
     finally:
         sidecar.signal(signal.SIGTERM)
         await sidecar.wait()

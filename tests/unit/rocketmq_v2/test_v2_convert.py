@@ -63,6 +63,30 @@ def test_outbound_maps_system_properties_to_rocketmq_property_names() -> None:
     assert (out.sharding_key, out.message_type, proto.body) == ("g1", v2.FIFO, b"body")
 
 
+def test_user_properties_named_like_any_system_property_are_illegal_keys() -> None:
+    """The one list (orbitmq.common.properties): RocketMQ's reserved names, not only those
+    orbitmq reads; the message names the key. Stored system names never show as user ones."""
+    for name in ("UNIQ_KEY", "CLUSTER", "MSG_REGION", "TRACE_ON", "__STARTDELIVERTIME", "TIMER_ENQUEUE_MS"):
+        message = _message()
+        message.user_properties.update({"color": "red", name: "x"})
+        with pytest.raises(Refused) as caught:
+            convert.outbound(message, NOW_MS, DELAY_LEVELS_MS, LIMIT)
+        assert caught.value.code == v2.ILLEGAL_MESSAGE_PROPERTY_KEY
+        assert f"{name!r} is reserved for the system" in caught.value.message
+    message = convert.inbound(
+        "T",
+        b"b",
+        {"UNIQ_KEY": "01ID", "CLUSTER": "c", "TRACE_ON": "true", "color": "red"},
+        born_timestamp_ms=1,
+        born_host="h",
+        store_timestamp_ms=2,
+        queue_id=0,
+        queue_offset=0,
+        message_type=v2.NORMAL,
+    )
+    assert dict(message.user_properties) == {"color": "red"}
+
+
 def test_outbound_gzip_body_is_stored_decompressed_and_namespaces_prefix_topics() -> None:
     message = _message(body=gzip.compress(b"plain text"), body_encoding=v2.GZIP)
     message.topic.resource_namespace = "tenant1"
