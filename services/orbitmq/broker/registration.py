@@ -34,6 +34,8 @@ UNREGISTER_TIMEOUT_S = 2.0
 UNSETTLED_REGISTER_S = 1.0
 """Registration retry period while a name server's last round was incomplete (see
 :meth:`Registrar._register_loop`)."""
+START_GRACE_S = 1.0
+"""At start-up, how long after one name server answered the broker waits for the others."""
 FAILURE_LOG_INTERVAL_MS = 60_000
 """A name server that keeps failing is logged again at most this often."""
 
@@ -125,13 +127,34 @@ class Registrar:
         for due in self._due.values():
             due.set()
 
-    async def register_all(self, *, strict: bool = False) -> None:
-        """One registration with every name server at once (at start-up); ``strict`` refuses
-        to start when a configured address answers but is not a name server (a broker's port,
-        say): a mistake in the settings, not an outage to wait out."""
-        outcomes = await asyncio.gather(*(self._register(a, refuse_wrong=strict) for a in self.addresses))
-        wrong = [address for address, ok in zip(self.addresses, outcomes, strict=True) if ok is None]
-        if wrong and strict:
+    async def register_at_start(self) -> None:
+        """One registration with every name server at once, before the broker says it is up
+        (so it is routable by then).
+
+        A name server that has not answered :data:`START_GRACE_S` after another one did is
+        left to its loop: a hung one must not hold up the start. One that answers but is not
+        a name server (a broker's port, say) stops the start: a mistake in the settings, not
+        an outage to wait out."""
+        loop = asyncio.get_running_loop()
+        attempts = {asyncio.ensure_future(self._register(a, refuse_wrong=True)): a for a in self.addresses}
+        pending = set(attempts)
+        deadline: float | None = None
+        try:
+            while pending:
+                wait_s = None if deadline is None else max(0.0, deadline - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break  # the others answered a while ago: the stragglers' loops go on
+                if deadline is None and any(task.result() for task in done):
+                    deadline = loop.time() + START_GRACE_S
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        wrong = [a for task, a in attempts.items() if not task.cancelled() and task.result() is None]
+        if wrong:
             raise StartupError(_not_a_name_server(wrong))
 
     def start(self) -> None:

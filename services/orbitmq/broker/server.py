@@ -193,7 +193,7 @@ class Broker:
             self._start_master_work()
         self._tasks.spawn("sweep", self._sweep_loop())
         self._tasks.spawn("persist-config", self._persist_loop())
-        await self._registrar.register_all(strict=True)  # routable before anyone is told it is up
+        await self._registrar.register_at_start()  # routable before anyone is told it is up
         self._registrar.start()
         if self.is_slave:
             self._start_replication()

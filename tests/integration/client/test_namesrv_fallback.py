@@ -215,3 +215,45 @@ async def test_the_cli_takes_a_comma_separated_list_and_names_a_bad_entry(cluste
     )
     assert code == 2, (out, err)
     assert "entry 'localhost' has no ':port'" in err and "separated by ';' or ','" in err, err
+
+
+async def test_a_hung_name_server_holds_up_neither_the_start_nor_the_others(
+    tmp_path: Path, black_hole: str
+) -> None:
+    """The broker starts about a second after a live name server answered, not after the hung
+    one's 5 s timeout; a live name server restarted empty learns the broker at the next round,
+    while every registration to the hung one still waits for its timeout (before, each round
+    waited for every name server: a round took 5 s)."""
+    port = closed_port()
+    live = f"127.0.0.1:{port}"
+
+    async def start_namesrv() -> NameServer:
+        server = NameServer(NameServerSettings(listen=live, metrics_listen=None))
+        await server.start()
+        return server
+
+    server = await start_namesrv()
+    started = time.monotonic()
+    running = await start_broker(
+        tmp_path / "broker-a", namesrv=f"{black_hole};{live}", register_interval_ms=300
+    )
+    took = time.monotonic() - started
+    channels = Channels(live)
+
+    async def broker_visible() -> bool:
+        info = await cluster_info(channels, timeout_s=1)
+        return "broker-a" in info.broker_addr_table  # type: ignore[attr-defined]
+
+    try:
+        assert took < 3, f"the broker took {took:.2f} s to start with a hung name server"
+        assert await broker_visible(), "registered with the live name server before it said it was up"
+        for _ in range(2):  # the second time a registration to the hung one is under way
+            await server.close()
+            server = await start_namesrv()  # an empty route table on the same address
+            restarted = time.monotonic()
+            await eventually(broker_visible, 3, lambda: "the restarted name server never learnt the broker")
+            print(f"start {took:.2f} s, re-registration {time.monotonic() - restarted:.2f} s")
+    finally:
+        await channels.close()
+        await stop_broker(running)
+        await server.close()
