@@ -77,7 +77,7 @@ class FailureLog:
 
     def answered(self) -> None:
         if self.failures:
-            log.warning(
+            log.info(
                 "registration with name server %s works again after %d failed attempts over %d s",
                 self.address,
                 self.failures,
