@@ -66,6 +66,7 @@ async def test_joins_leaves_expiries_and_pushed_rebalances_are_counted_per_group
     assert samples[(changes, _labels(group="Billing", change="left"))] == 1
     assert samples[(changes, _labels(group="Ledger", change="joined"))] == 1
     assert samples[(changes, _labels(group="Ledger", change="left"))] == 1
+    assert samples[(changes, _labels(group="Ledger", change="expired"))] == 0
     # c1 joined (told: c1), c2 joined (told: c1, c2; Ledger: c2), c2 expired (told: c1).
     assert samples[("orbitmq_rebalance_notifications_total", _labels(group="Billing"))] == 4
     assert samples[("orbitmq_rebalance_notifications_total", _labels(group="Ledger"))] == 1
@@ -108,6 +109,9 @@ def test_lock_events_and_owners_per_group() -> None:
         _labels(group="Ledger", event="expired"): 3,
         _labels(group="Audit", event="acquired"): 1,
         _labels(group="Audit", event="expired"): 1,
+        # every event of a group that had any, from 0: its first rejection shows as an increase
+        _labels(group="Audit", event="renewed"): 0,
+        _labels(group="Audit", event="rejected"): 0,
     }
     owners = {labels for (name, labels), _ in samples.items() if name == "orbitmq_queue_lock_owner"}
     assert owners == {_labels(group="Ledger", topic="Orders", queue="0", client="c2")}

@@ -11,23 +11,25 @@ from __future__ import annotations
 import enum
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from orbitmq.broker.consumers import ClientRegistry, MembershipChange
+from orbitmq.broker.locks import LockEvent, LockTable
 from orbitmq.common.tally import LatencyTally
 
 if TYPE_CHECKING:
-    from orbitmq.broker.consumers import ClientRegistry
-    from orbitmq.broker.locks import LockTable
     from orbitmq.broker.server import Broker
 
 log = logging.getLogger(__name__)
+
+Kind = TypeVar("Kind", bound=enum.Enum)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 30)
 
@@ -241,8 +243,8 @@ class ConsumerGroupCollector(Collector):
             "Clients that joined, left or expired from the consumer group",
             labels=["group", "change", "broker"],
         )
-        for (group, change), count in sorted(clients.membership_changes.items(), key=_by_value):
-            changes.add_metric([group, change.value, name], count)
+        for group, change, count in _every_kind(clients.membership_changes, MembershipChange):
+            changes.add_metric([group, change, name], count)
         yield changes
         pushed = CounterMetricFamily(
             "orbitmq_rebalance_notifications",
@@ -263,14 +265,18 @@ class ConsumerGroupCollector(Collector):
         events = CounterMetricFamily(
             "orbitmq_queue_lock_events", "Queue lock events", labels=["group", "event", "broker"]
         )
-        for (group, event), count in sorted(self._locks.events.items(), key=_by_value):
-            events.add_metric([group, event.value, name], count)
+        for group, event, count in _every_kind(self._locks.events, LockEvent):
+            events.add_metric([group, event, name], count)
         yield events
 
 
-def _by_value(item: tuple[tuple[str, enum.Enum], int]) -> tuple[str, str]:
-    (group, kind), _ = item
-    return group, kind.value
+def _every_kind(counts: Mapping[tuple[str, Kind], int], kinds: type[Kind]) -> Iterator[tuple[str, str, int]]:
+    """(group, kind, count) for every kind of every group counted at all, 0 where none yet: a
+    counter's series exists from the group's first event, so the first of each other kind shows
+    as an increase and the series count does not creep up as kinds occur."""
+    for group in sorted({group for group, _ in counts}):
+        for kind in kinds:
+            yield group, kind.value, counts.get((group, kind), 0)
 
 
 def _disk_gauges(directory: Path, broker: str) -> Iterator[GaugeMetricFamily]:
