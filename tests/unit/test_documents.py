@@ -26,7 +26,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = ("README.md", "ARCHITECTURE.md", "CONTRIBUTING.md")
 
 # A path is checked when it starts at one of these top-level entries.
-TOP_LEVEL = ("scripts", "services", "tests", "charts", "operator", "spark-jobs", "protos", "benchmarks", "docs", ".ci")
+TOP_LEVEL = (
+    "scripts",
+    "services",
+    "tests",
+    "charts",
+    "operator",
+    "spark-jobs",
+    "protos",
+    "benchmarks",
+    "docs",
+    ".ci",
+)
 PATH_RE = re.compile(rf"(?<![\w./-])((?:{'|'.join(re.escape(t) for t in TOP_LEVEL)})/[\w./-]*)")
 # a path followed by one of these is a pattern (``tests/unit/<area>/``, ``broker-a-s1/…``)
 PATTERN_NEXT = set("<*{…$[")
@@ -76,7 +87,9 @@ def _layout_entries() -> set[str]:
         parents = [*parents[:depth], name.rstrip("/") + "/"]
         path = "".join(parents).rstrip("/")
         parts = path.split("/")
-        entries |= {"/".join(parts[: i + 1]) for i in range(len(parts))}  # `services/orbitmq/` names `services`
+        entries |= {
+            "/".join(parts[: i + 1]) for i in range(len(parts))
+        }  # `services/orbitmq/` names `services`
     return entries
 
 
@@ -93,7 +106,11 @@ def test_the_layout_lists_what_is_there() -> None:
     } - {"build"}
     expected = (
         tracked_top
-        | {f"services/orbitmq/{p.name}" for p in (ROOT / "services/orbitmq").iterdir() if (p / "__init__.py").exists()}
+        | {
+            f"services/orbitmq/{p.name}"
+            for p in (ROOT / "services/orbitmq").iterdir()
+            if (p / "__init__.py").exists()
+        }
         | {f"scripts/{p.name}" for p in (ROOT / "scripts").iterdir() if not p.name.startswith(("_", "."))}
         | {".ci/run"}
     )
@@ -137,7 +154,9 @@ def test_the_command_table_names_every_subcommand() -> None:
     leaves = _leaf_commands(orbitmq_cli)
     named = set().union(*(commands for commands, _ in _command_table()))
     assert not sorted(set(leaves) - named), f"README's command table lacks: {sorted(set(leaves) - named)}"
-    assert not sorted(named - set(leaves)), f"README's command table names unknown commands: {sorted(named - set(leaves))}"
+    assert not sorted(named - set(leaves)), (
+        f"README's command table names unknown commands: {sorted(named - set(leaves))}"
+    )
 
 
 def test_a_synopsis_row_shows_every_option_of_its_command() -> None:

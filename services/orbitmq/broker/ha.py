@@ -1,4 +1,5 @@
-"""Master/slave replication, SYNC_MASTER acknowledgements and role changes with epochs (DESIGN §7).
+"""Master/slave replication, SYNC_MASTER acknowledgements and role changes with epochs (ARCHITECTURE.md,
+"Replication and failover").
 
 * **Master side** — :class:`ReplicaTracker` knows each connected slave's acknowledged offset;
   ``Replicate`` streams whole commit-log records to a slave from the offset it names and

@@ -271,7 +271,8 @@ class PushConsumer:
 
     def _read_address(self, mq: MessageQueue) -> str:
         """Where to pull ``mq`` from: its master, unless the master advised a slave or has just
-        been unreachable and a slave is known (DESIGN §7); back to the master as soon as it
+        been unreachable and a slave is known (ARCHITECTURE.md, "Replication and failover"); back to the
+        master as soon as it
         answers again or stops advising otherwise."""
         route = self._routes[mq.topic]
         master = route.masters[mq.broker_name]

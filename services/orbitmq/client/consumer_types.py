@@ -49,7 +49,7 @@ class ConsumeFromWhere(Enum):
 
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
-    """DESIGN §6 defaults; every duration in milliseconds."""
+    """README, "Client library" defaults; every duration in milliseconds."""
 
     pull_batch: int = 32
     consume_batch: int = 1

@@ -42,7 +42,7 @@ class RouteOutcome(enum.Enum):
 
 
 class NameServerMetrics:
-    """The name server's Prometheus families (DESIGN §9), on the server's registry."""
+    """The name server's Prometheus families (README, "Metrics"), on the server's registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.brokers = Gauge(

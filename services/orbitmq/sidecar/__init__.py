@@ -1,1 +1,1 @@
-"""The consumer sidecar (DESIGN §8) and the thin client applications use to talk to it."""
+"""The consumer sidecar (README, "Consumer sidecar") and the thin client applications use to talk to it."""

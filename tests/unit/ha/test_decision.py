@@ -1,4 +1,5 @@
-"""The failover decision, rule by rule (DESIGN §7), then as a property over random groups."""
+"""The failover decision, rule by rule (ARCHITECTURE.md, "Replication and failover"), then as a property over
+random groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading: every status and next-offset rule of DESIGN §4, bounds, filters and queries."""
+"""Reading: every status and next-offset rule of README, "The storage engine", bounds, filters and queries."""
 
 from __future__ import annotations
 
