@@ -114,8 +114,16 @@ def generate(out_root: Path) -> None:
     with tempfile.TemporaryDirectory() as raw:
         protos = [f"{PROTO_DIR}/{name}" for name in sorted(PROTO_SHA256)]
         subprocess.run(
-            [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}",
-             f"--python_out={raw}", f"--pyi_out={raw}", f"--grpc_python_out={raw}", *protos],
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"-I{PROTOS}",
+                f"--python_out={raw}",
+                f"--pyi_out={raw}",
+                f"--grpc_python_out={raw}",
+                *protos,
+            ],
             check=True,
         )
         out = out_root / OUT_PACKAGE
