@@ -168,6 +168,9 @@ def crd_schemas(tmp_path_factory: pytest.TempPathFactory) -> Path:
             spec = crd["spec"]
             for version in spec["versions"]:
                 schema = _strict(version["schema"]["openAPIV3Schema"])
+                # metadata is ObjectMeta whatever the CRD declares of it (only name, so that a
+                # CEL rule's fieldPath may name it): not closed to namespace, labels, ...
+                schema.get("properties", {}).get("metadata", {}).pop("additionalProperties", None)
                 # what the API server adds to every object's root schema
                 for field, kind in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object")):
                     schema.setdefault("properties", {}).setdefault(field, {"type": kind})
