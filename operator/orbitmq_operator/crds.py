@@ -89,6 +89,12 @@ class Kind:
         return f"{self.plural}.{GROUP}"
 
 
+_CLUSTER_NAME_RULE = (
+    f"must start with a letter, hold only lowercase letters, digits and '-', and have at most "
+    f"{MAX_CLUSTER_NAME} characters: it names the cluster's Services and StatefulSets "
+    "(<name>-broker-<n>)"
+)
+
 KINDS: tuple[Kind, ...] = (
     Kind(
         kind="OrbitMQCluster",
@@ -119,15 +125,17 @@ KINDS: tuple[Kind, ...] = (
         scale={"specReplicasPath": ".spec.brokers.groups", "statusReplicasPath": ".status.brokerGroupsReady"},
         description="An orbitmq cluster: name servers and broker groups (a master and its slaves each).",
         rules=(
-            cel(
-                f"self.metadata.name.size() <= {MAX_CLUSTER_NAME} && "
-                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-                f"metadata.name must start with a letter, hold only lowercase letters, digits and "
-                f"'-', and have at most {MAX_CLUSTER_NAME} characters: it names the cluster's "
-                "Services and StatefulSets (<name>-broker-<n>)",
-                # a rule on the root is reported as "<nil>: Invalid value" without a field path
-                field_path=".metadata.name",
-            ),
+            {
+                **cel(
+                    f"self.metadata.name.size() <= {MAX_CLUSTER_NAME} && "
+                    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                    f"metadata.name {_CLUSTER_NAME_RULE}",
+                    # a rule on the root is reported as "<nil>: Invalid value" without a field path
+                    field_path=".metadata.name",
+                ),
+                # the same, naming the value given
+                "messageExpression": f'"metadata.name \'" + self.metadata.name + "\' {_CLUSTER_NAME_RULE}"',
+            },
         ),
     ),
     Kind(

@@ -125,7 +125,7 @@ def test_minimal_resources_are_stored_with_the_models_defaults(
         (cluster("size", **brokers(storage={"size": "lots"})), "spec.brokers.storage.size", "should match"),
         (cluster("noimage"), "spec.image", "Required value"),
         (cluster("x" * 43, image="i"), "metadata.name", "at most 42 characters"),
-        (cluster("9lives", image="i"), "metadata.name", "must start with a letter"),
+        (cluster("9lives", image="i"), "metadata.name", "metadata.name '9lives' must start with a letter"),
         (topic("bad", cluster="c", topicName="bad name!"), "spec.topicName", "should match"),
         (
             topic("many", cluster="c", topicName="t", readQueues=2000),

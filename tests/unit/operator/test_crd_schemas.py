@@ -194,6 +194,7 @@ def test_rules_on_the_whole_resource_name_their_field(kind: Kind) -> None:
     if kind.kind == "OrbitMQCluster":
         (name_rule,) = schema_of(kind.kind)["x-kubernetes-validations"]
         assert name_rule["fieldPath"] == ".metadata.name"
+        assert "+ self.metadata.name +" in name_rule["messageExpression"], "the message names the value"
 
 
 def test_strings_under_cel_rules_are_bounded() -> None:
