@@ -396,12 +396,8 @@ class Admin:
         )
         backlog: dict[tuple[str, str], int] = {}
         for group in sorted({g.group_name for g in listed.groups}):
-            request = broker_pb2.GetConsumeStatsRequest(consumer_group=group)
-            try:
-                stats = await broker.GetConsumeStats(request, timeout=QUERY_TIMEOUT_S)
-            except grpc.aio.AioRpcError as error:
-                if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
-                    raise
+            stats = await _consume_stats(broker, group)
+            if stats is None:
                 continue
             for queue in stats.queues:
                 if queue.lag > 0:
@@ -426,12 +422,8 @@ class Admin:
             if listed.client_ids:
                 online.add(group)
                 continue
-            request = broker_pb2.GetConsumeStatsRequest(consumer_group=group)
-            try:
-                stats = await broker.GetConsumeStats(request, timeout=QUERY_TIMEOUT_S)
-            except grpc.aio.AioRpcError as error:
-                if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
-                    raise
+            stats = await _consume_stats(broker, group)
+            if stats is None:
                 continue
             if any(queue.pop_in_flight > 0 for queue in stats.queues):
                 online.add(group)
@@ -574,6 +566,18 @@ class Admin:
                 messages.extend(decode(r) for r in reply.records)
                 offset = reply.next_begin_offset
         return messages
+
+
+async def _consume_stats(broker: broker_pb2_grpc.BrokerStub, group: str) -> broker_pb2.ConsumeStats | None:
+    """A group's consume stats on one broker, or None where the broker does not know the group
+    (deleted, or never recorded there): no backlog and nobody in flight, not an error."""
+    request = broker_pb2.GetConsumeStatsRequest(consumer_group=group)
+    try:
+        return await broker.GetConsumeStats(request, timeout=QUERY_TIMEOUT_S)
+    except grpc.aio.AioRpcError as error:
+        if not _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):
+            raise
+        return None
 
 
 async def _query_key(
