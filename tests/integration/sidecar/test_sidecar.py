@@ -130,7 +130,9 @@ class App:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    running = await start_cluster(tmp_path)
+    # Locks of a SIGKILLed sidecar free after 6 s, not RocketMQ's 60 s: the orderly restart test
+    # waited a minute for them (the sidecars renew every 500 ms, FAST).
+    running = await start_cluster(tmp_path, lock_expiry_ms=6_000, scan_interval_ms=500)
     async with Admin(running.address) as admin:
         await admin.create_topic("Work", read_queue_nums=8, write_queue_nums=8)
     yield running
