@@ -150,8 +150,7 @@ class PushConsumer:
         service = OrderlyConsumer if self.orderly else ConcurrentConsumer
         self._consume = service(self, self._listener, self._pool)
         self._started = True
-        await self._refresh_routes()
-        await self._heartbeat()
+        await self._refresh_routes()  # heartbeats every broker it finds
         await self._refresh_routes()  # the first heartbeat may have created the retry topic
         await self.rebalance()
         self._tasks.spawn("rebalance", self._rebalance_loop())
@@ -230,6 +229,7 @@ class PushConsumer:
                 self._rebalance_now.set()
 
     async def _refresh_routes(self) -> None:
+        known = self._broker_addresses()
         for topic in list(self._subscriptions):
             try:
                 route = await fetch_read_route(self._channels, topic)
@@ -244,6 +244,11 @@ class PushConsumer:
                 self._warn_missing(topic)
         for address in self._broker_addresses():
             self._sessions.ensure(address)
+        if new := self._broker_addresses() - known:
+            # A broker this consumer has not told of itself yet (a topic created after it
+            # started, a promoted master): heartbeat it now, or the rebalance that follows
+            # finds the group's list without this client and waits a whole rebalance_ms.
+            await self._heartbeat(new)
 
     def _warn_missing(self, topic: str) -> None:
         """A subscribed topic no name server knows: say so at once and every half minute while
@@ -284,7 +289,8 @@ class PushConsumer:
             return next((a for a in slaves if self._unreachable_until.get(a, 0) <= time.monotonic()), master)
         return master
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, addresses: set[str] | None = None) -> None:
+        """Tell ``addresses`` (default: every broker of the routes) about this consumer."""
         model = (
             common_pb2.CLUSTERING
             if self.message_model is MessageModel.CLUSTERING
@@ -302,7 +308,7 @@ class PushConsumer:
                 )
             ],
         )
-        for address in self._broker_addresses():
+        for address in self._broker_addresses() if addresses is None else addresses:
             try:
                 await self._channels.broker(address).Heartbeat(request, timeout=3)
             except grpc.aio.AioRpcError as error:
