@@ -76,6 +76,16 @@ async def test_joins_leaves_expiries_and_pushed_rebalances_are_counted_per_group
     assert [e.consumer_ids_changed.consumer_group for e in _drain(sessions["c1"])] == ["Billing"] * 3
 
 
+async def test_a_group_has_its_rebalance_series_before_anything_is_pushed() -> None:
+    """A member without a session is told nothing: the series is there at 0 all the same, so
+    the number of series per group does not depend on who happened to be online."""
+    clients = ClientRegistry(ManualClock(), EXPIRY_MS)
+    changed = clients.heartbeat("c1", "127.0.0.1:1", [], [_consumer("Quiet")])
+    assert clients.notify_changed(changed) == 0
+    samples = _samples(clients, LockTable(ManualClock(), EXPIRY_MS))
+    assert samples[("orbitmq_rebalance_notifications_total", _labels(group="Quiet"))] == 0
+
+
 async def test_members_online_per_group() -> None:
     clients = ClientRegistry(ManualClock(), EXPIRY_MS)
     for client_id in ("c1", "c2", "c3"):

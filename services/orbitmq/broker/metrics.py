@@ -251,8 +251,12 @@ class ConsumerGroupCollector(Collector):
             "Consumer-ids-changed notifications pushed to group members: each makes one rebalance now",
             labels=["group", "broker"],
         )
-        for group, count in sorted(clients.rebalance_notifications.items()):
-            pushed.add_metric([group, name], count)
+        # from the group's first membership change, at 0 until one is pushed: whether the first
+        # join pushes anything depends on who else is online, and a series that appears later
+        # made the series count per group vary with timing
+        notified = clients.rebalance_notifications
+        for group in sorted({group for group, _ in clients.membership_changes} | set(notified)):
+            pushed.add_metric([group, name], notified.get(group, 0))
         yield pushed
         owners = GaugeMetricFamily(
             "orbitmq_queue_lock_owner",
