@@ -374,23 +374,40 @@ def test_a_leftover_name_server_on_the_port_is_named(tmp_path: Path) -> None:
     assert f"port {port}" in line and f"PID {leftover.pid}" in line and f"kill {leftover.pid}" in line
 
 
+def _free_bases(*spans: int) -> list[int]:
+    """For each span, a port p with p .. p + span all free now (so the ports derived from it are
+    free too), the runs apart from each other: ports are held until every run is chosen (the
+    kernel often hands out neighbouring ports, and one cluster's broker port must not be the
+    other's name server metrics port)."""
+    held: list[socket.socket] = []
+    bases = []
+    try:
+        for span in spans:
+            for _ in range(50):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", 0))
+                    base = probe.getsockname()[1]
+                run = [socket.socket() for _ in range(span + 1)]
+                try:
+                    for offset, sock in enumerate(run):
+                        sock.bind(("127.0.0.1", base + offset))
+                except OSError:
+                    for sock in run:
+                        sock.close()
+                    continue
+                held += run
+                bases.append(base)
+                break
+            else:
+                raise AssertionError("no run of free ports found")
+    finally:
+        for sock in held:
+            sock.close()
+    return bases
+
+
 def _free_base(span: int) -> int:
-    """A port p with p .. p + span all free now (so the ports derived from it are free too)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        held = [socket.socket() for _ in range(span + 1)]
-        try:
-            for offset, sock in enumerate(held):
-                sock.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-        return base
-    raise AssertionError("no run of free ports found")
+    return _free_bases(span)[0]
 
 
 def _ports_only(data_dir: Path, namesrv_port: int, broker_port: int) -> list[str]:
@@ -439,7 +456,7 @@ def test_two_clusters_given_only_their_ports_and_a_clash_names_port_and_owner(tm
     those starts beside the first; a third that wants a port of the first is told which port,
     for what, and which process of which cluster has it (not that its own new data directory
     is in use)."""
-    ns_a, br_a, ns_b, br_b = _free_base(1), _free_base(2), _free_base(1), _free_base(2)
+    ns_a, br_a, ns_b, br_b = _free_bases(1, 2, 1, 2)
     a, info_a = _up_at(tmp_path / "a", ns_a, br_a)
     try:
         assert _metrics_port(info_a, "namesrv") == ns_a + 1
