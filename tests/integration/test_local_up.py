@@ -26,27 +26,22 @@ pytestmark = pytest.mark.timeout(120)
 MIB = 1024 * 1024
 
 
+ANY_FREE_PORTS = [
+    arg
+    for flag in ("--namesrv-port", "--broker-port", "--namesrv-metrics-port", "--broker-metrics-port")
+    for arg in (flag, "0")
+]
+"""Every port of a local cluster on a free port (a later flag of the same name wins)."""
+
+
+def _local_up(data_dir: Path, *args: str) -> list[str]:
+    """The ``orbitmq local up`` command line for ``data_dir``."""
+    return [sys.executable, "-m", "orbitmq.cli.main", "local", "up", "--data-dir", str(data_dir), *args]
+
+
 def _up(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "orbitmq.cli.main",
-            "local",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--json",
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "--namesrv-metrics-port",
-            "0",
-            "--broker-metrics-port",
-            "0",
-            *extra,
-        ],
+        _local_up(data_dir, "--json", *ANY_FREE_PORTS, *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -148,23 +143,7 @@ def test_a_busy_port_is_reported_not_hung(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "orbitmq.cli.main",
-                "local",
-                "up",
-                "--data-dir",
-                str(tmp_path / "d"),
-                "--namesrv-port",
-                str(port),
-                "--broker-port",
-                "0",
-                "--namesrv-metrics-port",
-                "0",
-                "--broker-metrics-port",
-                "0",
-            ],
+            _local_up(tmp_path / "d", *ANY_FREE_PORTS, "--namesrv-port", str(port)),
             capture_output=True,
             text=True,
             timeout=60,
@@ -312,27 +291,7 @@ def test_a_leftover_broker_is_named_with_its_pid(tmp_path: Path) -> None:
 
 def _run_up(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "orbitmq.cli.main",
-            "local",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "--namesrv-metrics-port",
-            "0",
-            "--broker-metrics-port",
-            "0",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        _local_up(data_dir, *ANY_FREE_PORTS, *extra), capture_output=True, text=True, timeout=60
     )
 
 
@@ -412,21 +371,9 @@ def _free_base(span: int) -> int:
 
 def _ports_only(data_dir: Path, namesrv_port: int, broker_port: int) -> list[str]:
     """``local up`` given only its two ports, as a user starting a second cluster does."""
-    return [
-        sys.executable,
-        "-m",
-        "orbitmq.cli.main",
-        "local",
-        "up",
-        "--data-dir",
-        str(data_dir),
-        "--namesrv-port",
-        str(namesrv_port),
-        "--broker-port",
-        str(broker_port),
-        "--segment-mib",
-        "5",
-    ]
+    return _local_up(
+        data_dir, "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--segment-mib", "5"
+    )
 
 
 def _up_at(
