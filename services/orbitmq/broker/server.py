@@ -256,6 +256,13 @@ class Broker:
         await persist_now(self.tables.topics, self.tables.subscription_groups)
         self.topics.unsaved = self.tables.topics.dirty or self.tables.subscription_groups.dirty
 
+    async def save_created_config(self) -> None:
+        """:meth:`save_config` when the request being served created a topic or group on the
+        fly (a send, a pull, a heartbeat, a dead letter); otherwise an attribute read, well
+        under a microsecond of a send's cost."""
+        if self.topics.unsaved:
+            await self.save_config()
+
     @property
     def broker_id(self) -> int:
         return self.role.record.broker_id
@@ -462,8 +469,7 @@ class Broker:
         for message in messages:
             if message.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
                 self.topics.ensure(message.topic, 1, DLQ_PERM)
-        if self.topics.unsaved:
-            await self.save_config()
+        await self.save_created_config()
         return await self.put(messages)
 
     async def _put_one(self, message: InboundMessage) -> PutResult:
@@ -500,8 +506,7 @@ class Broker:
         target.born_timestamp_ms = message.born_timestamp_ms
         target.born_host = message.born_host
         target.flag = message.flag
-        if self.topics.unsaved:  # a new retry or dead-letter topic (or group) first
-            await self.save_config()
+        await self.save_created_config()  # a new retry or dead-letter topic (or group) first
         result = await self.service.put_message(target)
         if not result.status.stored:
             raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, f"send back failed: {result.reason}")

@@ -186,8 +186,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             # The usual send, on the C path: no protobuf object, no Python object per message.
             head = scanned.header
             queue_id, born = self._destination(head, context)
-            if b.topics.unsaved:  # this send created its topic: on disk before the message
-                await b.save_config()
+            await b.save_created_config()  # this send created its topic: on disk before the message
             batch = ScannedBatch(
                 head.topic,
                 queue_id,
@@ -207,8 +206,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             if not request.messages:
                 raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
             queue_id, born = self._destination(request, context)
-            if b.topics.unsaved:
-                await b.save_config()
+            await b.save_created_config()
             protos = list(request.messages)  # one wrapper per message, reused by the column maps below
             _check_topics(request.topic, protos)
             properties = _properties(protos)
@@ -324,8 +322,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         started = time.perf_counter()
         # A pull that commits nothing records no group: readers keeping no offsets leave none.
         group = b.topics.group(request.consumer_group, record=request.commit_offset >= 0)
-        if b.topics.unsaved:  # the group's first pull created it
-            await b.save_config()
+        await b.save_created_config()  # the group's first pull created it
         if not group.consume_enable:
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"consumer group {group.group_name!r} may not consume now"
@@ -430,8 +427,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         if request.offset < 0:
             raise RpcFailure(ErrorReason.INVALID_OFFSET, f"offset {request.offset} must not be negative")
         self.b.topics.group(request.consumer_group)  # a group that commits is recorded (listed, with its lag)
-        if self.b.topics.unsaved:
-            await self.b.save_config()
+        await self.b.save_created_config()
         self.b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset)
         return broker_pb2.UpdateConsumerOffsetResponse()
 
@@ -453,8 +449,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 # routable, before its first send-back, so consumers subscribe to it at start.
                 self.b.topics.ensure(retry, max(1, group.retry_queue_nums))
                 created = True
-        if self.b.topics.unsaved:  # a new group or retry topic: durable before the answer
-            await self.b.save_config()
+        await self.b.save_created_config()  # a new group or retry topic: durable before the answer
         if created:
             self.b.registration_changed()
         for producer in request.producers:
