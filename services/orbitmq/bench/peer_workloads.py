@@ -29,7 +29,14 @@ Driver flags (both drivers take exactly these):
 * ``latency``: a push consumer subscribed, then a producer paced at ``R`` msg/s sends ``N``
   messages whose body starts with the send's wall-clock time in nanoseconds (8 bytes, big
   endian); latency is from that time to the listener seeing the message. Reports
-  percentiles of that latency.
+  percentiles of that latency. The pacing is open loop: message ``i`` goes out at
+  ``start + i / R`` whether or not earlier sends have been answered (an asynchronous send:
+  RocketMQ's ``send(message, SendCallback)``, orbitmq a task per ``Producer.send``), so a slow
+  answer does not lower the offered rate; ``msg_per_s`` is ``N`` over the sending time. ``W``
+  warm-up messages, paced the same way just before the ``N``, are not counted (the consumer's
+  start and first rebalance are not what this measures). Each latency run gets a topic of its
+  own, empty, so the consumer may start from either end. Waits up to 10 s after the last send
+  for the last message; messages not seen by then are ``errors``.
 
 Every body is ``--size`` bytes. A group name is fresh per run, so offsets never carry over.
 """
