@@ -10,6 +10,15 @@ measures the broker's CPU and RSS from ``/proc`` around each driver run, and the
 CPU from its exit (``resource.getrusage(RUSAGE_CHILDREN)``), so a driver reports only what it
 alone can see: counts, elapsed time and latencies.
 
+Start-up, JIT and warm-up are charged to neither system when the driver marks its timed phase:
+it prints the line ``timed`` (:data:`TIMED_MARK`, flushed at once) just before the phase starts
+(``send``, ``batch``, ``latency``: after the warm-up; ``consume``: just before the consumer's
+start call) and puts the CPU seconds its own process spent from then to the end of the phase in
+``extra["cpu_s"]`` (Java: ``OperatingSystemMXBean.getProcessCpuTime``; Python:
+``time.process_time``). The orchestrator reads the broker's CPU when it sees ``timed`` and again
+when it sees the result line. A driver that prints no mark is measured over its whole run
+(broker and driver CPU over ``N + W`` messages).
+
 Driver flags (both drivers take exactly these):
 
 ``--namesrv HOST:PORT --topic T --group G --workload {send,batch,consume,latency}
@@ -47,6 +56,8 @@ import json
 from dataclasses import asdict, dataclass, field
 
 WORKLOADS = ("send", "batch", "consume", "latency")
+TIMED_MARK = "timed"
+"""The line a driver prints just before its timed phase (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
