@@ -42,8 +42,9 @@ Driver flags (both drivers take exactly these):
   ``start + i / R`` whether or not earlier sends have been answered (an asynchronous send:
   RocketMQ's ``send(message, SendCallback)``, orbitmq a task per ``Producer.send``), so a slow
   answer does not lower the offered rate; ``msg_per_s`` is ``N`` over the sending time. ``W``
-  warm-up messages, paced the same way just before the ``N``, are not counted (the consumer's
-  start and first rebalance are not what this measures). Each latency run gets a topic of its
+  warm-up messages, paced the same way, go first and are not counted; the timed ``N`` start
+  once the listener has seen a warm-up message (waiting up to 30 s), so the consumer's start
+  and first rebalance are not what this measures. Each latency run gets a topic of its
   own, empty, so the consumer may start from either end. Waits up to 10 s after the last send
   for the last message; messages not seen by then are ``errors``.
 
