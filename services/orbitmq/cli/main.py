@@ -177,6 +177,74 @@ def bench_v2(as_json: bool, messages: int, in_flight: int, work_dir: Path | None
         run(lambda f: emit(f, as_json, echo), messages=messages, in_flight=in_flight, work_dir=work_dir)
 
 
+@bench.command("peer")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "--messages",
+    default=20_000,
+    show_default=True,
+    type=click.IntRange(10, 10_000_000),
+    help="N: sync sends at 8 and 32 in flight; N/4 at 1, 10N batched and consumed, "
+    "N/2 and 3N/2 paced latency messages.",
+)
+@click.option(
+    "--only",
+    default=",".join(
+        ("send_1", "send_8", "send_32", "batch_128", "consume", "latency_1000", "latency_10000")
+    ),
+    show_default=True,
+    help="Comma-separated workloads to run.",
+)
+@click.option(
+    "--systems",
+    default="rocketmq,orbitmq",
+    show_default=True,
+    help="Which systems to run (orbitmq alone: figures without a baseline).",
+)
+@click.option(
+    "--heap-mb",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(128, 65_536),
+    help="RocketMQ's JVM heap.",
+)
+@click.option(
+    "--work-dir", type=click.Path(file_okay=False, path_type=Path), help="Where the clusters' stores go."
+)
+def bench_peer(
+    as_json: bool, rounds: int, messages: int, only: str, systems: str, heap_mb: int, work_dir: Path | None
+) -> None:
+    """orbitmq against Apache RocketMQ 5.3.3 on this machine, through each one's public client."""
+    from orbitmq.bench.figures import emit
+    from orbitmq.bench.peer import REPORTED, SYSTEMS, run
+
+    picked = tuple(name.strip() for name in only.split(",") if name.strip())
+    unknown = sorted(set(picked) - set(REPORTED))
+    if unknown or not picked:
+        raise click.BadParameter(
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(REPORTED)}", param_hint="--only"
+        )
+    chosen_systems = tuple(name.strip() for name in systems.split(",") if name.strip())
+    if (
+        not chosen_systems
+        or set(chosen_systems) - set(SYSTEMS)
+        or len(set(chosen_systems)) < len(chosen_systems)
+    ):
+        raise click.BadParameter(f"{systems!r}: one or both of {', '.join(SYSTEMS)}", param_hint="--systems")
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    run(
+        lambda f: emit(f, as_json),
+        rounds=rounds,
+        messages=messages,
+        only=tuple(name for name in REPORTED if name in picked),
+        systems=chosen_systems,
+        heap_mb=heap_mb,
+        work_dir=work_dir,
+    )
+
+
 @bench.command("spark")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
 @click.option("--messages", default=1_000_000, show_default=True, type=click.IntRange(10_000, 10_000_000))
