@@ -10,6 +10,10 @@ key instead, and are never moved to another queue (a retry goes to the same queu
 broker's master now is).
 Routes are refreshed every 30 s and after a failure; producers heartbeat their group to the
 brokers they use.
+
+Sends that arrive while a call to their destination is in flight leave together in one batch
+call, each with its own result, budget and retries (``auto_batch``, on by default:
+:mod:`orbitmq.client.accumulator`); a send to an idle destination leaves at once.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ from typing import Any
 
 import grpc
 
+from orbitmq.client import send_wire
+from orbitmq.client.accumulator import (
+    DEFAULT_IN_FLIGHT,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_MESSAGES,
+    PendingSend,
+    SendAccumulator,
+)
 from orbitmq.client.channels import FRESH_CHANNEL_OPTIONS, Channels
 from orbitmq.client.faults import LatencyFaults
 from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
@@ -47,6 +59,7 @@ log = logging.getLogger(__name__)
 
 MASTER_ID = 0
 WRITE = 2
+_SEND_METHOD = "/orbitmq.v1.Broker/SendMessage"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +96,13 @@ class Producer:
             ms); one that answers gets sends again (:mod:`orbitmq.client.faults`).
         default_topic_queue_nums: queues of a topic that the first send auto-creates (4).
         clock: time source of latency fault avoidance (tests).
+        auto_batch: coalesce sends that arrive while a call to their destination is in flight
+            into one batch call (RocketMQ's ``autoBatch``; default on). Off, every send is a
+            call of its own.
+        auto_batch_max_messages, auto_batch_max_bytes: most messages (256) and encoded bytes
+            (4 MiB) in one coalesced call.
+        auto_batch_in_flight: calls in flight at once per topic for round-robin sends (2);
+            sends with a sharding key or a named queue have one per queue, to keep their order.
     """
 
     def __init__(
@@ -99,6 +119,10 @@ class Producer:
         probe_interval_ms: int = 1_000,
         default_topic_queue_nums: int = 4,
         clock: Clock = SYSTEM_CLOCK,
+        auto_batch: bool = True,
+        auto_batch_max_messages: int = DEFAULT_MAX_MESSAGES,
+        auto_batch_max_bytes: int = DEFAULT_MAX_BYTES,
+        auto_batch_in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
         validate_group_name(group)
         self.group = group
@@ -120,8 +144,25 @@ class Producer:
         self._faults = LatencyFaults(clock)
         self._keys = UniqueKeys()
         self._tasks = TaskSet(f"producer:{group}")
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._pending: set[asyncio.Future[Any]] = set()
         self._started = False
+        self._accumulator = (
+            SendAccumulator(
+                self,
+                f"producer:{group}",
+                max_messages=auto_batch_max_messages,
+                max_bytes=auto_batch_max_bytes,
+                in_flight=auto_batch_in_flight,
+            )
+            if auto_batch
+            else None
+        )
+        self._valid_topics: set[str] = set()
+        """Topic names already checked: the name rule's regex need not run on every send."""
+        self._route_gates: dict[str, asyncio.Lock] = {}
+        self._gated: dict[str, int] = {}
+        """Ordered sends per topic waiting for its first route: later ones queue behind them."""
+        self._send_calls: dict[str, tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]] = {}
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -143,6 +184,8 @@ class Producer:
         self._started = False
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=self._send_timeout_s)
+        if self._accumulator is not None:
+            await self._accumulator.close()
         await self._tasks.close()
         for address in list(self._brokers):
             with contextlib.suppress(grpc.aio.AioRpcError):
@@ -323,7 +366,69 @@ class Producer:
         send order); ``queue`` names it outright. Otherwise round robin with fault avoidance and
         retries on another broker.
         """
-        return await self._send([message], sharding_key=sharding_key, queue=queue, timeout_ms=timeout_ms)
+        if self._accumulator is None or not send_wire.coalescable(message):
+            return await self._send([message], sharding_key=sharding_key, queue=queue, timeout_ms=timeout_ms)
+        pending = self._pending_send(message, timeout_ms)
+        if sharding_key is None and queue is None:
+            self._accumulator.submit(message.topic, None, pending)
+        else:
+            await self._submit_ordered(message.topic, sharding_key, queue, pending)
+        return await pending
+
+    def _pending_send(self, message: Message, timeout_ms: int | None) -> PendingSend:
+        """``message`` checked and encoded for a lane; raises for bad input as :meth:`_send`."""
+        started = time.perf_counter()
+        topic = message.topic
+        if topic not in self._valid_topics:
+            validate_topic_name(topic)
+            self._valid_topics.add(topic)
+        if not isinstance(message.body, bytes | bytearray):
+            raise TypeError(f"message body must be bytes, not {type(message.body).__name__}")
+        key = message.system_properties.get(Property.UNIQ_KEY) or self._keys.next()
+        framed = send_wire.frame(message, key)
+        pending = PendingSend()
+        pending.framed = framed
+        pending.msg_id = key
+        pending.policy = self.retry.with_budget(timeout_ms)
+        pending.started = started
+        pending.attempts = 0
+        pending.alone = False
+        return pending
+
+    async def _submit_ordered(
+        self, topic: str, sharding_key: str | None, queue: WriteQueue | None, pending: PendingSend
+    ) -> None:
+        """Queue an ordered send in its queue's lane. Until the topic's route is known, ordered
+        sends wait for it one behind the other (and later ones behind them), so they reach
+        their lanes in the order they were called."""
+        assert self._accumulator is not None
+        queues = self._routes.get(topic)
+        if queue is None and (queues is None or self._gated.get(topic)):
+            self._gated[topic] = self._gated.get(topic, 0) + 1
+            try:
+                async with self._route_gates.setdefault(topic, asyncio.Lock()):
+                    queues = await self._route_within_budget(topic, pending)
+                    queue = queues[sharding_queue(sharding_key, len(queues))]  # type: ignore[arg-type]
+                    self._accumulator.submit(topic, queue, pending)
+                    return
+            finally:
+                self._gated[topic] -= 1
+        if queue is None:
+            assert queues is not None and sharding_key is not None
+            queue = queues[sharding_queue(sharding_key, len(queues))]
+        self._accumulator.submit(topic, queue, pending)
+
+    async def _route_within_budget(self, topic: str, pending: PendingSend) -> list[WriteQueue]:
+        """The topic's route, fetched again after a retriable failure while the send's budget
+        lasts; raises :class:`SendFailed` as a send would."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.write_queues(topic)
+            except (grpc.aio.AioRpcError, RpcFailure) as error:
+                pause_ms = self._pause_after(error, topic, None, pending.policy, attempt, pending.started)
+                await asyncio.sleep(pause_ms / 1000)
 
     async def send_batch(self, messages: Sequence[Message], *, queue: WriteQueue | None = None) -> SendResult:
         """Send messages of one topic as one call, stored contiguously in one queue."""
@@ -340,10 +445,19 @@ class Producer:
         callback: Callable[[SendResult | None, BaseException | None], object] | None = None,
     ) -> asyncio.Future[SendResult]:
         """Start a send; returns its future, and calls ``callback(result, error)`` when done."""
-        task = asyncio.get_running_loop().create_task(self.send(message))
-        self._pending.add(task)
+        future: asyncio.Future[SendResult] | None = None
+        if self._accumulator is not None and send_wire.coalescable(message):
+            try:
+                future = self._pending_send(message, None)
+            except (ValueError, TypeError):
+                future = None  # the send below raises it again, into the future
+            else:
+                self._accumulator.submit(message.topic, None, future)
+        if future is None:
+            future = asyncio.get_running_loop().create_task(self.send(message))
+        self._pending.add(future)
 
-        def finished(done: asyncio.Task[SendResult]) -> None:
+        def finished(done: asyncio.Future[SendResult]) -> None:
             self._pending.discard(done)
             error = None if done.cancelled() else done.exception()
             if callback is not None:
@@ -351,8 +465,8 @@ class Producer:
             elif error is not None:
                 log.warning("async send to %s failed: %s", message.topic, error)
 
-        task.add_done_callback(finished)
-        return task
+        future.add_done_callback(finished)
+        return future
 
     def send_oneway(self, message: Message) -> None:
         """Send without waiting for or reporting the result (logs only)."""
@@ -479,6 +593,46 @@ class Producer:
         request.queue_id = target.queue_id
         request.born_timestamp_ms = int(time.time() * 1000)
         return await self._channels.broker(target.address).SendMessage(request, timeout=timeout_s)
+
+    # -- what the accumulator's calls need (orbitmq.client.accumulator.Carrier) ----------------
+
+    async def _route(self, topic: str) -> list[WriteQueue]:
+        queues = self._routes.get(topic)
+        return queues if queues is not None else await self.write_queues(topic)
+
+    def _lane_target(self, topic: str, queues: list[WriteQueue], queue: WriteQueue | None) -> WriteQueue:
+        """Round robin for a topic's lane; an ordered lane's queue on its broker's current master."""
+        if queue is None:
+            return self._choose(topic, queues, None)
+        same = (q for q in queues if q.broker_name == queue.broker_name and q.queue_id == queue.queue_id)
+        return next(same, queue)
+
+    def _request_head(self, topic: str, queue_id: int) -> bytes:
+        return send_wire.request_head(
+            self.group, topic, queue_id, int(time.time() * 1000), self._default_queue_nums
+        )
+
+    async def _carry(
+        self, target: WriteQueue, topic: str, data: bytes, timeout_s: float
+    ) -> broker_pb2.SendMessageResponse:
+        """One SendMessage call with request bytes built by the caller."""
+        address = target.address
+        if address not in self._brokers:  # introduce ourselves before the first send
+            self._brokers.add(address)
+            await self._heartbeat(address)
+        channel = self._channels.channel(address)
+        cached = self._send_calls.get(address)
+        if cached is None or cached[0] is not channel:  # first call, or a new channel (reconnect)
+            call = channel.unary_unary(
+                _SEND_METHOD,
+                request_serializer=None,
+                response_deserializer=broker_pb2.SendMessageResponse.FromString,
+            )
+            cached = self._send_calls[address] = (channel, call)
+        return await cached[1](data, timeout=timeout_s)  # type: ignore[no-any-return]
+
+    def _record_latency(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None:
+        self._faults.record(broker_name, latency_ms, failed=failed)
 
     async def _refresh_quietly(self, topic: str, stale: list[WriteQueue] | None) -> list[WriteQueue] | None:
         """The route after a failed attempt; None when it cannot be fetched now (the next

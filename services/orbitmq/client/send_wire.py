@@ -1,0 +1,68 @@
+"""A send's request bytes, built without a protobuf object per message.
+
+A coalesced call (:mod:`orbitmq.client.accumulator`) is a ``SendMessageRequest`` whose messages
+were encoded one by one, each when its send was called (so a bad message is refused to its own
+caller, before it joins anyone): protobuf concatenates repeated fields, so the request is its
+header (:func:`request_head`) followed by each message as a length-delimited field 4
+(:func:`frame`).
+"""
+
+from __future__ import annotations
+
+from orbitmq.client.message import Message
+from orbitmq.common.topics import Property
+from orbitmq.v1 import broker_pb2
+
+DETOUR_PROPERTIES = frozenset(
+    {
+        Property.DELAY,
+        Property.TRANSACTION_PREPARED,
+        Property.TIMER_DELIVER_MS,
+        Property.TIMER_DELAY_MS,
+        Property.TIMER_DELAY_SEC,
+    }
+)
+"""System properties that send a message on a detour (schedule, timer, half topic): the broker
+stores such a batch message by message, not contiguously in one queue."""
+
+_MESSAGES_TAG = b"\x22"  # field 4 (SendMessageRequest.messages), wire type 2
+
+
+def coalescable(message: Message) -> bool:
+    """Whether ``message`` may share a call with other sends: not delayed, timed or prepared
+    (those the broker stores one by one, each on its detour)."""
+    return (
+        not message.delay_level
+        and message.deliver_at_ms is None
+        and message.delay_ms is None
+        and (not message.system_properties or DETOUR_PROPERTIES.isdisjoint(message.system_properties))
+    )
+
+
+def frame(message: Message, unique_key: str) -> bytes:
+    """``message`` as a request's field 4; raises ``ValueError`` as :meth:`Message.to_proto`."""
+    raw = message.to_proto(unique_key).SerializeToString()
+    return b"".join((_MESSAGES_TAG, varint(len(raw)), raw))
+
+
+def request_head(
+    producer_group: str, topic: str, queue_id: int, born_timestamp_ms: int, default_topic_queue_nums: int
+) -> bytes:
+    """A ``SendMessageRequest`` without its messages."""
+    return broker_pb2.SendMessageRequest(
+        producer_group=producer_group,
+        topic=topic,
+        queue_id=queue_id,
+        born_timestamp_ms=born_timestamp_ms,
+        default_topic_queue_nums=default_topic_queue_nums,
+    ).SerializeToString()
+
+
+def varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative ``value``."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
