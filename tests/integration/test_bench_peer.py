@@ -22,7 +22,7 @@ KEYS = {"figure", "value", "unit", "baseline", "baseline_name", "target", "ratio
 
 def expected_figures() -> set[str]:
     """Every figure a run of all workloads prints, spelled out (not derived from the code)."""
-    names = {"broker_rss_mb", "broker_peak_rss_mb", "first_message_s"}
+    names = {"broker_rss_mb", "broker_private_mb", "broker_peak_rss_mb", "first_message_s"}
     for workload in WORKLOADS:
         cpu = {
             f"{workload}_cpu_us_per_msg",

@@ -10,8 +10,9 @@ round ``r`` of the other) are quoted in the baseline's name.
 Around each driver run the orchestrator reads the broker's CPU seconds (utime + stime of the
 broker process and its children, ``/proc/<pid>/stat``) when the driver marks its timed phase and
 when its result line arrives; the driver's CPU of the timed phase is its own report, or its
-whole-process CPU from ``wait4`` when it marks nothing. The broker's resident memory (VmRSS)
-is read after each run, its peak (VmHWM) at the end of the round.
+whole-process CPU from ``wait4`` when it marks nothing. The broker's resident memory (VmRSS,
+which counts the pages of its mapped store files that are in memory, and RssAnon, which does
+not) is read after each run, its peak (VmHWM) at the end of the round.
 
 Workloads (``N`` = ``--messages``, 1 KiB bodies, topics of 8 queues, a fresh topic and group per
 run): ``send_1`` / ``send_8`` / ``send_32`` (sync sends, that many in flight, ``N / 4`` for one
@@ -132,6 +133,7 @@ class Round:
     system: str
     runs: dict[str, Measured] = field(default_factory=dict)
     rss_mb: float = 0.0
+    private_mb: float = 0.0
     peak_rss_mb: float = 0.0
     seconds: float = 0.0
 
@@ -160,7 +162,7 @@ def process_tree_cpu_s(pid: int) -> float:
 
 
 def memory_mb(pid: int, key: str) -> float:
-    """``VmRSS`` or ``VmHWM`` of ``pid`` in MB (0 when it is gone)."""
+    """``VmRSS``, ``RssAnon`` or ``VmHWM`` of ``pid`` in MB (0 when it is gone)."""
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
@@ -230,6 +232,7 @@ def run_round(
         measured = run_driver(cluster, plan, topic, group, logs)
         this.runs[plan.name] = measured
         this.rss_mb = max(this.rss_mb, memory_mb(cluster.broker_pid, "VmRSS"))
+        this.private_mb = max(this.private_mb, memory_mb(cluster.broker_pid, "RssAnon"))
         say(f"{label} {system:<8} {plan.name:<18} {_describe(measured)}")
     this.peak_rss_mb = memory_mb(cluster.broker_pid, "VmHWM")
     this.seconds = time.perf_counter() - started
@@ -428,6 +431,16 @@ def figures(results: dict[str, list[Round]], chosen: list[Plan], heap_mb: int) -
             [r.rss_mb for r in theirs],
             f"{heap} (VmRSS after each run, the round's largest)",
             "<= 150",
+        )
+    )
+    out.append(
+        _figure(
+            "broker_private_mb",
+            "MB",
+            [r.private_mb for r in ours],
+            [r.private_mb for r in theirs],
+            f"{heap} (RssAnon after each run, the round's largest: without the mapped store's pages)",
+            "",
         )
     )
     out.append(
