@@ -949,6 +949,162 @@ static PyObject *offset_ids(PyObject *module, PyObject *const *args, Py_ssize_t 
     return ids;
 }
 
+/* -- the message index: a batch's key entries ---------------------------------------------- */
+
+/* orbitmq/store/index_file.py's layout: a slot is a big-endian i32 (the newest entry's 1-based
+   number), an entry is key hash u32, physical offset i64, time delta i32, previous entry i32. */
+#define INDEX_SLOT_BYTES 4
+#define INDEX_ENTRY_BYTES 20
+#define INDEX_MAX_KEYS 64 /* more distinct keys in one message: the Python path */
+
+typedef struct {
+    const char *p;
+    Py_ssize_t n;
+} Key;
+
+/* Appends p[0:n] to keys[0:count] unless empty or already there; the new count, or -1 when full. */
+static int add_key(Key *keys, int count, const char *p, Py_ssize_t n) {
+    if (n == 0)
+        return count;
+    for (int j = 0; j < count; j++)
+        if (keys[j].n == n && memcmp(keys[j].p, p, (size_t)n) == 0)
+            return count;
+    if (count == INDEX_MAX_KEYS)
+        return -1;
+    keys[count].p = p;
+    keys[count].n = n;
+    return count + 1;
+}
+
+/* A message's keys as index_file._message_keys gives them: the KEYS value's pieces between
+   spaces, then the unique key, each once, in order of first appearance. -1: too many. */
+static int message_keys(const char *raw, Py_ssize_t raw_n, const char *unique, Py_ssize_t unique_n, Key *keys) {
+    int count = 0;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i <= raw_n && count >= 0; i++)
+        if (i == raw_n || raw[i] == ' ') {
+            count = add_key(keys, count, raw + start, i - start);
+            start = i + 1;
+        }
+    return count < 0 ? -1 : add_key(keys, count, unique, unique_n);
+}
+
+/* The UTF-8 of an optional str (None: empty). */
+static int key_text(PyObject *o, const char **p, Py_ssize_t *n) {
+    *p = "";
+    *n = 0;
+    if (o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "index_put(): keys and unique keys must be str or None");
+        return -1;
+    }
+    return (*p = PyUnicode_AsUTF8AndSize(o, n)) == NULL ? -1 : 0;
+}
+
+static inline uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+PyDoc_STRVAR(index_put_doc,
+             "index_put(mapping, slots_start, slot_count, entries_start, max_entries, entry_count,\n"
+             "          used_slots, delta_s, prefix, indexed, offsets, start, indexed_end)\n--\n\n"
+             "Index entries for a batch's keyed messages in one index file's ``mapping`` (writable),\n"
+             "as IndexFile.put would write them key by key, header aside (the caller writes it).\n"
+             "``indexed`` holds (i, keys, unique_key) per keyed message, from position ``start`` on;\n"
+             "message i is at physical offset ``offsets[i]``; its keys hash as ``prefix`` + key (zlib\n"
+             "CRC-32) and all get ``delta_s``. Messages below ``indexed_end`` are skipped (indexed\n"
+             "already). Stops before a message whose keys do not all fit or that has more than 64.\n"
+             "Returns (position reached, entry_count, used_slots, i of the last message indexed or -1).");
+
+static PyObject *index_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13 || !PyUnicode_Check(args[8]) || !PyList_Check(args[9]) || !PyList_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "index_put() takes a mapping, 7 numbers, a str prefix, a list of keyed "
+                                         "messages, a list of offsets, a start position and an end offset");
+        return NULL;
+    }
+    long long numbers[7], start, indexed_end;
+    for (int k = 0; k < 7; k++)
+        numbers[k] = PyLong_AsLongLong(args[1 + k]);
+    start = PyLong_AsLongLong(args[11]);
+    indexed_end = PyLong_AsLongLong(args[12]);
+    if (PyErr_Occurred())
+        return NULL;
+    long long slots_start = numbers[0], slot_count = numbers[1], entries_start = numbers[2];
+    long long max_entries = numbers[3], count = numbers[4], used = numbers[5], delta_s = numbers[6];
+    Py_ssize_t prefix_n;
+    const char *prefix = PyUnicode_AsUTF8AndSize(args[8], &prefix_n);
+    if (prefix == NULL)
+        return NULL;
+    Py_buffer mm;
+    if (PyObject_GetBuffer(args[0], &mm, PyBUF_WRITABLE) < 0)
+        return NULL;
+    PyObject *indexed = args[9], *offsets = args[10], *result = NULL;
+    Py_ssize_t position = start, total = PyList_GET_SIZE(indexed), last = -1;
+    if (slots_start < 0 || slot_count < 1 || max_entries < 1 || count < 0 || count > max_entries ||
+        delta_s < INT32_MIN || delta_s > INT32_MAX || start < 0 ||
+        slots_start + slot_count * INDEX_SLOT_BYTES > entries_start ||
+        entries_start + max_entries * INDEX_ENTRY_BYTES > (long long)mm.len) {
+        PyErr_SetString(PyExc_ValueError, "index_put(): the geometry does not fit the mapping");
+        goto done;
+    }
+    uint8_t *base = mm.buf;
+    uint32_t prefix_crc = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < prefix_n; i++)
+        prefix_crc = (prefix_crc >> 8) ^ tag_crc_table[(prefix_crc ^ (uint8_t)prefix[i]) & 0xFF];
+    Key keys[INDEX_MAX_KEYS];
+    for (; position < total; position++) {
+        PyObject *item = PyList_GET_ITEM(indexed, position);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "index_put(): a keyed message is a tuple (i, keys, unique_key)");
+            goto done;
+        }
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        if (i == -1 && PyErr_Occurred())
+            goto done;
+        if (i < 0 || i >= PyList_GET_SIZE(offsets)) {
+            PyErr_SetString(PyExc_IndexError, "index_put(): a message index is out of the offsets' range");
+            goto done;
+        }
+        long long offset = PyLong_AsLongLong(PyList_GET_ITEM(offsets, i));
+        if (offset == -1 && PyErr_Occurred())
+            goto done;
+        if (offset < indexed_end)
+            continue;
+        const char *raw, *unique;
+        Py_ssize_t raw_n, unique_n;
+        if (key_text(PyTuple_GET_ITEM(item, 1), &raw, &raw_n) < 0 ||
+            key_text(PyTuple_GET_ITEM(item, 2), &unique, &unique_n) < 0)
+            goto done;
+        int n = message_keys(raw, raw_n, unique, unique_n, keys);
+        if (n < 0 || n > max_entries - count || offset < 0)
+            break; /* the Python path: a roll, a split over files, or its error */
+        for (int k = 0; k < n; k++) {
+            uint32_t crc = prefix_crc;
+            const uint8_t *p = (const uint8_t *)keys[k].p;
+            for (Py_ssize_t b = 0; b < keys[k].n; b++)
+                crc = (crc >> 8) ^ tag_crc_table[(crc ^ p[b]) & 0xFF];
+            uint32_t hash = ~crc;
+            uint8_t *slot = base + slots_start + (long long)(hash % (uint64_t)slot_count) * INDEX_SLOT_BYTES;
+            uint32_t head = get32(slot);
+            if (head == 0)
+                used++;
+            uint8_t *entry = base + entries_start + count * INDEX_ENTRY_BYTES;
+            put32(entry, hash);
+            put64(entry + 4, (uint64_t)offset);
+            put32(entry + 12, (uint32_t)delta_s);
+            put32(entry + 16, head);
+            count++;
+            put32(slot, (uint32_t)count);
+        }
+        last = i;
+    }
+    result = Py_BuildValue("(nLLn)", position, count, used, last);
+done:
+    PyBuffer_Release(&mm);
+    return result;
+}
+
 /* -- the send's reply ---------------------------------------------------------------------- */
 
 #define REPLY_STATUS 1 /* SendMessageResponse fields */
@@ -1411,6 +1567,137 @@ done:
     return result;
 }
 
+/* -- the producer's side: one message of a send request ------------------------------------- */
+
+/* Client code, apart from the broker's paths above: a producer's coalesced call is the request's
+   own fields followed by each message as field 4, and each message is encoded here when its send
+   is called (orbitmq/client/send_wire.py), without a protobuf object per message. */
+
+static size_t varint_size(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* A LEN field's size: tag, length, payload. */
+static size_t len_field_size(size_t n) { return 1 + varint_size(n) + n; }
+
+/* A map entry's payload: key = 1 and value = 2, both written even when empty. */
+static size_t entry_size(Py_ssize_t key, Py_ssize_t value) {
+    return len_field_size((size_t)key) + len_field_size((size_t)value);
+}
+
+static uint8_t *put_len_field(uint8_t *out, int field, const char *p, Py_ssize_t n) {
+    *out++ = (uint8_t)(field << 3 | LEN);
+    out = put_varint(out, (uint64_t)n);
+    memcpy(out, p, (size_t)n);
+    return out + n;
+}
+
+static uint8_t *put_entry(uint8_t *out, const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn) {
+    *out++ = (uint8_t)(MESSAGE_PROPS << 3 | LEN);
+    out = put_varint(out, entry_size(kn, vn));
+    out = put_len_field(out, 1, k, kn);
+    return put_len_field(out, 2, v, vn);
+}
+
+/* The system properties a producer adds to a message's own (orbitmq.common.topics.Property). */
+static const char *const frame_names[] = {"TAGS", "KEYS", "UNIQ_KEY"};
+
+/* UTF-8 of an optional str argument (None or "": absent, *n = -1). */
+static int optional_text(PyObject *o, const char **p, Py_ssize_t *n, const char *what) {
+    *n = -1;
+    if (o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "frame_message(): %s must be a str or None", what);
+        return -1;
+    }
+    if ((*p = PyUnicode_AsUTF8AndSize(o, n)) == NULL)
+        return -1;
+    if (*n == 0)
+        *n = -1;
+    return 0;
+}
+
+PyDoc_STRVAR(frame_message_doc,
+             "frame_message(topic, body, flag, properties, tags, keys, unique_key)\n--\n\n"
+             "A message as field 4 of a SendMessageRequest (tag, length, Message): ``topic``, ``body``\n"
+             "(bytes-like), ``flag`` (int32) and the properties ``properties`` (a dict of str, or None)\n"
+             "with TAGS = ``tags`` and KEYS = ``keys`` when not None or empty, and UNIQ_KEY =\n"
+             "``unique_key``. Protobuf reads it as Message(topic=..., body=..., properties=..., flag=...);\n"
+             "the caller checks the property names (no system name among ``properties``).");
+
+static PyObject *frame_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[2]) ||
+        (args[3] != Py_None && !PyDict_Check(args[3])) || !PyUnicode_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "frame_message() takes a topic, a body, a flag, a dict of properties "
+                                         "or None, tags, keys and a unique key");
+        return NULL;
+    }
+    long flag = PyLong_AsLong(args[2]);
+    if (flag == -1 && PyErr_Occurred())
+        return NULL;
+    if (flag < INT32_MIN || flag > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "flag %ld is out of the int32 range", flag);
+        return NULL;
+    }
+    Py_ssize_t topic_n, texts_n[3];
+    const char *topic = PyUnicode_AsUTF8AndSize(args[0], &topic_n), *texts[3] = {NULL, NULL, NULL};
+    if (topic == NULL || optional_text(args[4], &texts[0], &texts_n[0], "tags") < 0 ||
+        optional_text(args[5], &texts[1], &texts_n[1], "keys") < 0 ||
+        (texts[2] = PyUnicode_AsUTF8AndSize(args[6], &texts_n[2])) == NULL)
+        return NULL;
+    /* First pass: sizes (and every property a str: protobuf refuses anything else too). */
+    size_t size = topic_n ? len_field_size((size_t)topic_n) : 0;
+    PyObject *key, *value, *properties = args[3] == Py_None ? NULL : args[3];
+    Py_ssize_t at = 0, kn, vn;
+    while (properties != NULL && PyDict_Next(properties, &at, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyUnicode_Check(value)) {
+            PyErr_Format(PyExc_TypeError, "property %R = %R: names and values must be str", key, value);
+            return NULL;
+        }
+        if (PyUnicode_AsUTF8AndSize(key, &kn) == NULL || PyUnicode_AsUTF8AndSize(value, &vn) == NULL)
+            return NULL;
+        size += len_field_size(entry_size(kn, vn));
+    }
+    for (int i = 0; i < 3; i++)
+        if (texts_n[i] >= 0)
+            size += len_field_size(entry_size((Py_ssize_t)strlen(frame_names[i]), texts_n[i]));
+    if (flag != 0)
+        size += 1 + varint_size((uint64_t)(int64_t)flag);
+    Py_buffer body;
+    if (PyObject_GetBuffer(args[1], &body, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (body.len)
+        size += len_field_size((size_t)body.len);
+    PyObject *framed = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(1 + varint_size(size) + size));
+    if (framed == NULL) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    /* Second pass: the bytes (nothing above ran Python code, so the dict is as it was). */
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(framed);
+    *out++ = (uint8_t)(REQUEST_MESSAGES << 3 | LEN);
+    out = put_varint(out, size);
+    out = put_text(out, MESSAGE_TOPIC, topic, topic_n);
+    out = put_text(out, MESSAGE_BODY, body.buf, body.len);
+    PyBuffer_Release(&body);
+    at = 0;
+    while (properties != NULL && PyDict_Next(properties, &at, &key, &value)) {
+        const char *k = PyUnicode_AsUTF8AndSize(key, &kn), *v = PyUnicode_AsUTF8AndSize(value, &vn);
+        out = put_entry(out, k, kn, v, vn);
+    }
+    for (int i = 0; i < 3; i++)
+        if (texts_n[i] >= 0)
+            out = put_entry(out, frame_names[i], (Py_ssize_t)strlen(frame_names[i]), texts[i], texts_n[i]);
+    out = put_number(out, MESSAGE_FLAG, flag);
+    return framed;
+}
+
 /* -- crc32c, for tests and for anyone who wants the same checksum --------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0)\n--\n\nCRC-32C of ``data``, continuing from ``value``.");
@@ -1439,10 +1726,12 @@ static PyMethodDef methods[] = {
     {"write", (PyCFunction)(void (*)(void))write_records, METH_FASTCALL, write_doc},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, crc32c_doc},
     {"offset_ids", (PyCFunction)(void (*)(void))offset_ids, METH_FASTCALL, offset_ids_doc},
+    {"index_put", (PyCFunction)(void (*)(void))index_put, METH_FASTCALL, index_put_doc},
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
     {"send_reply", (PyCFunction)(void (*)(void))send_reply, METH_FASTCALL, send_reply_doc},
     {"pull_reply", (PyCFunction)(void (*)(void))pull_reply, METH_FASTCALL, pull_reply_doc},
     {"pull_columns", (PyCFunction)(void (*)(void))pull_columns, METH_FASTCALL, pull_columns_doc},
+    {"frame_message", (PyCFunction)(void (*)(void))frame_message, METH_FASTCALL, frame_message_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,7 @@ TESTS = [
     "tests/unit/store/test_put_scanned.py",
     "tests/unit/store/test_pull_read.py",
     "tests/unit/test_native_pull_columns.py",
+    "tests/unit/test_native_frame_message.py",
 ]
 
 # The child loads the sanitized build as orbitmq._native before anything imports the real one.
