@@ -518,13 +518,14 @@ class PushConsumer:
         s = self.settings
         commit = self._offsets.read(mq, True) if self.message_model is MessageModel.CLUSTERING else -1
         address = self._read_address(mq)
+        count = self._pull_count(mq, pq, offset)
         try:
-            reply = await self._pull_rpc(address, mq, offset, commit)
+            reply = await self._pull_rpc(address, mq, offset, commit, count)
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.UNAVAILABLE:
                 self._unreachable_until[address] = time.monotonic() + s.exception_delay_ms / 1000 + 5
                 if self._read_address(mq) != address:  # a slave can serve it right away
-                    reply = await self._pull_rpc(self._read_address(mq), mq, offset, commit)
+                    reply = await self._pull_rpc(self._read_address(mq), mq, offset, commit, count)
                 else:
                     raise
             else:
@@ -540,8 +541,21 @@ class PushConsumer:
         self._max_offsets[mq] = reply.max_offset
         return await self._handle_pull(mq, pq, offset, reply)
 
+    def _pull_count(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], offset: int) -> int:
+        """How many messages to ask for: ``pull_batch``, or while the queue has a backlog the
+        bulk allowance ``pull_batch_backlog`` within the room flow control leaves (so a pull
+        overshoots the cached-message limit by at most ``pull_batch``, as before)."""
+        s = self.settings
+        backlog = self._max_offsets.get(mq, 0) - offset
+        if backlog <= s.pull_batch:
+            return s.pull_batch
+        room = s.cached_messages_per_queue - pq.count
+        if not self.orderly:
+            room = min(room, s.max_span - pq.span)
+        return max(s.pull_batch, min(s.pull_batch_backlog, backlog, room))
+
     async def _pull_rpc(
-        self, address: str, mq: MessageQueue, offset: int, commit: int
+        self, address: str, mq: MessageQueue, offset: int, commit: int, count: int
     ) -> broker_pb2.PullMessageResponse:
         s = self.settings
         return await self._channels.broker(address).PullMessage(
@@ -550,7 +564,7 @@ class PushConsumer:
                 topic=mq.topic,
                 queue_id=mq.queue_id,
                 queue_offset=offset,
-                max_msg_nums=s.pull_batch,
+                max_msg_nums=count,
                 suspend_timeout_ms=s.suspend_timeout_ms,
                 commit_offset=commit,
                 subscription=self._subscriptions.get(mq.topic),

@@ -66,8 +66,10 @@ class StoreConfig(BaseModel):
     clean_interval_ms: int = Field(default=10_000, ge=1)
     delete_segments_per_pass: int = Field(default=10, ge=1)
 
-    max_transfer_count: int = Field(default=32, ge=1, le=65_536)
-    """Most messages one read returns (RocketMQ's maxTransferCountOnMessageInMemory)."""
+    max_transfer_count: int = Field(default=1024, ge=1, le=65_536)
+    """Most messages one read returns (RocketMQ's maxTransferCountOnMessageInMemory, 32 there).
+    A reader asks for what it wants (a push consumer 32, or up to 256 while it has a backlog);
+    ``max_transfer_bytes`` is the cap that matters for anything but tiny messages."""
     max_transfer_bytes: int = Field(default=256 * KIB, ge=1)
     """Most bytes one read returns, except that one message always fits."""
     max_filter_scan_units: int = Field(default=16_000, ge=1)

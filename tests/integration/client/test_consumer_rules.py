@@ -111,6 +111,30 @@ async def test_flow_control_bounds_a_slow_listeners_backlog(cluster: Cluster) ->
     await consumer.close()
 
 
+async def test_a_backlog_is_pulled_in_bulk(cluster: Cluster) -> None:
+    """Past the first pull, a queue with a backlog is pulled ``pull_batch_backlog`` at a time
+    (within flow control's room), not ``pull_batch``: 1 000 messages in about 6 pulls, not 63."""
+    await topic(cluster, "Bulk", queues=1)
+    async with Producer("PG", cluster.address) as producer:
+        for start in range(0, 1_000, 100):
+            await producer.send_batch([Message("Bulk", f"{i}".encode()) for i in range(start, start + 100)])
+    pulls = cluster.brokers["broker-a"].broker.metrics.pull_latency
+    before = pulls.count
+    collector = Collector()
+    settings = dataclasses.replace(FAST, pull_batch=16, pull_batch_backlog=200)
+    consumer = PushConsumer(
+        "Bulk", cluster.address, listener=collector.listener("bulk"), settings=settings,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )  # fmt: skip
+    consumer.subscribe("Bulk")
+    await consumer.start()
+    await collector.wait_for(1_000)
+    answered = pulls.count - before
+    assert answered <= 12, f"{answered} pulls answered for a backlog of 1 000 (16 a pull would take 63)"
+    assert sorted(int(body) for body in collector.bodies("bulk")) == list(range(1_000))
+    await consumer.close()
+
+
 async def test_orderly_suspend_retries_the_same_message_after_a_pause(cluster: Cluster) -> None:
     await topic(cluster, "Steps", queues=1)
     await send(cluster, "Steps", [f"{i}" for i in range(5)], key="k")
