@@ -1,0 +1,74 @@
+"""Apache RocketMQ as ``orbitmq bench peer``'s baseline: the peer builds, a real name server and
+broker start, a topic gets its 8 queues, and the Java driver's send and consume workloads report
+what the contract (:mod:`orbitmq.bench.peer_workloads`) asks for.
+
+The first run builds the peer with Maven (~10 s with a warm ~/.m2, longer when Maven Central
+must be reached); later runs find it in the cache and take ~20 s, mostly the JVMs starting.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orbitmq.bench.peer_rocketmq import RocketMQCluster, RocketMQPeerError, build_peer
+from orbitmq.bench.peer_workloads import TIMED_MARK, DriverResult, Workload
+
+pytestmark = pytest.mark.timeout(600)  # a cold build downloads RocketMQ's jars
+
+QUEUES = 8
+SENT = 300
+WARMUP = 50
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    return build_peer()
+
+
+def _drive(
+    cluster: RocketMQCluster, workload: Workload, topic: str, group: str
+) -> tuple[list[str], DriverResult]:
+    argv = cluster.driver_command() + workload.flags(cluster.namesrv, topic, group)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    return lines, DriverResult.from_json(lines[-1])
+
+
+def test_send_then_consume_through_rocketmq(built: Path, tmp_path: Path) -> None:
+    topic = "peer_smoke"
+    with RocketMQCluster(tmp_path, heap_mb=256) as cluster:
+        cluster.create_topic(topic, QUEUES)
+
+        lines, sent = _drive(cluster, Workload("send", SENT, in_flight=8, warmup=WARMUP), topic, "smoke_send")
+        assert lines[-2] == TIMED_MARK  # the mark, then the result: nothing else on stdout
+        assert (sent.workload, sent.messages, sent.errors) == ("send", SENT, 0)
+        assert sent.msg_per_s > 0 and sent.seconds > 0
+        assert sent.p50_ms is not None and sent.p99_ms is not None and 0 < sent.p50_ms <= sent.p99_ms
+        assert sent.extra["cpu_s"] > 0
+        # The broker holds the topic with its 8 queues, and the producer spread the sends over them.
+        queue_dirs = tmp_path / "store" / "consumequeue" / topic
+        assert sorted(int(queue.name) for queue in queue_dirs.iterdir()) == list(range(QUEUES))
+
+        stored = SENT + WARMUP
+        _, consumed = _drive(cluster, Workload("consume", stored), topic, "smoke_consume")
+        assert (consumed.workload, consumed.messages, consumed.errors) == ("consume", stored, 0)
+        assert consumed.first_message_s is not None and consumed.first_message_s > 0
+        assert consumed.msg_per_s > 0
+        broker_pid = cluster.broker_pid
+        assert Path(f"/proc/{broker_pid}").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(broker_pid, 0)  # stopped and reaped
+
+
+def test_build_names_the_missing_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORBITMQ_PEER_CACHE", str(tmp_path / "cache"))  # nothing built there
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither mvn nor java
+    with pytest.raises(
+        RocketMQPeerError, match=r"needs mvn and java on PATH.*apt-get install -y maven openjdk-17"
+    ):
+        build_peer()
