@@ -46,6 +46,12 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[NameServer, list[Runnin
     await namesrv.close()
 
 
+@pytest.fixture(params=[True, False], ids=["auto-batch", "one-call-each"])
+def auto_batch(request: pytest.FixtureRequest) -> bool:
+    """Both ways of sending: concurrent sends coalesced (the default), or a call each."""
+    return request.param  # type: ignore[no-any-return]
+
+
 async def pull_all(running: RunningBroker, topic: str, queue_id: int) -> list[StoredMessage]:
     """Everything in one queue; nothing when this broker never received the topic."""
     if running.broker.topics.get(topic) is None:
@@ -63,9 +69,9 @@ async def pull_all(running: RunningBroker, topic: str, queue_id: int) -> list[St
     return [decode(r) for r in reply.records]
 
 
-async def test_sync_round_robin_over_every_queue_of_every_broker(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_sync_round_robin_over_every_queue_of_every_broker(cluster, auto_batch) -> None:  # type: ignore[no-untyped-def]
     namesrv, _ = cluster
-    async with Producer("PG", namesrv.address) as producer:
+    async with Producer("PG", namesrv.address, auto_batch=auto_batch) as producer:
         results = [
             await producer.send(Message("Spread", f"{i}".encode(), tags="T", keys=[f"k{i}"]))
             for i in range(16)
@@ -91,9 +97,9 @@ async def test_short_lived_producers_spread_over_the_queues(cluster) -> None:  #
     assert len(set(placements)) > 1, placements
 
 
-async def test_sharding_key_keeps_order_in_one_queue(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_sharding_key_keeps_order_in_one_queue(cluster, auto_batch) -> None:  # type: ignore[no-untyped-def]
     namesrv, brokers = cluster
-    async with Producer("PG", namesrv.address) as producer:
+    async with Producer("PG", namesrv.address, auto_batch=auto_batch) as producer:
         await producer.send(Message("Ordered", b"warm-up"))  # the topic now exists on both brokers
         await asyncio.sleep(0.2)
         results = [
@@ -111,9 +117,9 @@ async def test_sharding_key_keeps_order_in_one_queue(cluster) -> None:  # type: 
     assert bodies == [f"order-7:{i}".encode() for i in range(10)]
 
 
-async def test_batch_async_callback_and_oneway(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_batch_async_callback_and_oneway(cluster, auto_batch) -> None:  # type: ignore[no-untyped-def]
     namesrv, brokers = cluster
-    async with Producer("PG", namesrv.address) as producer:
+    async with Producer("PG", namesrv.address, auto_batch=auto_batch) as producer:
         batch = await producer.send_batch([Message("Batch", f"b{i}".encode()) for i in range(5)])
         seen: list[object] = []
         future = producer.send_async(
@@ -129,9 +135,9 @@ async def test_batch_async_callback_and_oneway(cluster) -> None:  # type: ignore
     assert b"oneway" in everything  # close() waited for it
 
 
-async def test_retries_on_another_broker_when_one_is_down(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_retries_on_another_broker_when_one_is_down(cluster, auto_batch) -> None:  # type: ignore[no-untyped-def]
     namesrv, brokers = cluster
-    async with Producer("PG", namesrv.address, send_timeout_ms=1000) as producer:
+    async with Producer("PG", namesrv.address, auto_batch=auto_batch, send_timeout_ms=1000) as producer:
         for i in range(4):
             await producer.send(Message("Resilient", f"before-{i}".encode()))
         await stop_broker(brokers[0])  # broker-a goes away; routes still name it for a while
@@ -139,9 +145,9 @@ async def test_retries_on_another_broker_when_one_is_down(cluster) -> None:  # t
     assert {r.broker_name for r in results} == {"broker-b"}
 
 
-async def test_bad_input_is_refused_clearly(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_input_is_refused_clearly(cluster, auto_batch) -> None:  # type: ignore[no-untyped-def]
     namesrv, _ = cluster
-    async with Producer("PG", namesrv.address) as producer:
+    async with Producer("PG", namesrv.address, auto_batch=auto_batch) as producer:
         with pytest.raises(ValueError, match="'bad topic'"):
             await producer.send(Message("bad topic", b"x"))
         with pytest.raises(TypeError, match="must be bytes"):
