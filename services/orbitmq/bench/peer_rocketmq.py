@@ -40,7 +40,7 @@ DRIVER_CLASS = "io.orbitmq.peer.PeerDriver"
 TOPIC_ADMIN_CLASS = "io.orbitmq.peer.TopicAdmin"
 MAVEN_PACKAGE = ("mvn", "-q", "-B", "package")
 INSTALL_HINT = {"mvn": "maven", "java": "openjdk-17-jdk-headless"}
-"""The Debian package that brings each tool the peer needs (scripts/ensure-java installs them)."""
+"""The Debian package that brings each tool the peer needs (scripts/test installs them)."""
 
 NAMESRV_HEAP_MB = 256
 """The name server only holds routes: a small heap, so the machine's memory goes to the broker."""
@@ -123,7 +123,7 @@ def _require_tools() -> None:
         packages = " ".join(INSTALL_HINT[tool] for tool in missing)
         raise RocketMQPeerError(
             f"the RocketMQ peer needs {' and '.join(missing)} on PATH: install them "
-            f"(Debian: apt-get install -y {packages}, or scripts/ensure-java)"
+            f"(Debian: apt-get install -y {packages}; scripts/test does it as root)"
         )
 
 
