@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from orbitmq.common.topics import DUE_TIME_TOPICS, SCHEDULE_TOPIC, TIMER_TOPIC, Property, split_keys
 from orbitmq.store.commitlog import AppendedBatch, CommitLog
 from orbitmq.store.consume_queue import UNIT, ConsumeQueue
-from orbitmq.store.dispatch import DispatchRequest
+from orbitmq.store.dispatch import DispatchRequest, KeyedBatch
 from orbitmq.store.record import (
     BLANK_MAGIC,
     BODY_POS,
@@ -41,8 +41,9 @@ QueueGrowthListener = Callable[[str, int, int], None]
 """Called with (topic, queue id, new max offset) after a dispatch pass."""
 QueueResolver = Callable[[str, int], ConsumeQueue]
 """(topic, queue id) → the consume queue, created when new."""
-IndexSink = Callable[[Sequence[DispatchRequest], int, int], object]
-"""(requests of messages with keys, end of the log seen, last store time seen)."""
+IndexSink = Callable[[Sequence[DispatchRequest | KeyedBatch], int, int], object]
+"""(messages with keys, one by one or a batch's at once; end of the log seen, last store time
+seen)."""
 Buffer = mmap.mmap
 _TAG_CACHE_SIZE = 10_000
 _MAX_PENDING_BATCHES = 100_000
@@ -63,7 +64,7 @@ class _Pass:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         """Queues resolved during this pass (one lookup per queue, not per message)."""
         self.grown: dict[tuple[str, int], int] = {}
-        self.indexed: list[DispatchRequest] = []
+        self.indexed: list[DispatchRequest | KeyedBatch] = []
         self.last_timestamp = 0
 
 
@@ -129,7 +130,7 @@ class Dispatcher:
             grown = self._put_units(messages, appended, None)
             indexed = messages.indexed
             if indexed:
-                self._index_sink(self._index_requests(messages, indexed, appended), end, timestamp)
+                self._index_sink((self._keyed(messages, indexed, appended),), end, timestamp)
             else:
                 self._index_seen = (end, timestamp)
             self.dispatched_offset = end
@@ -245,7 +246,7 @@ class Dispatcher:
             work.grown[(batch.topic, batch.queue_id)] = grown
         indexed = batch.indexed
         if indexed:
-            work.indexed.extend(self._index_requests(batch, indexed, appended))
+            work.indexed.append(self._keyed(batch, indexed, appended))
         work.last_timestamp = max(work.last_timestamp, appended.store_timestamp_ms)
         return appended.end_offset
 
@@ -284,30 +285,22 @@ class Dispatcher:
         return b"".join(map(UNIT.pack, appended.physical_offsets(), appended.sizes, codes))
 
     @staticmethod
-    def _index_requests(
+    def _keyed(
         batch: MessageBatch | ScannedBatch,
         indexed: list[tuple[int, str | None, str | None]],
         appended: AppendedBatch,
-    ) -> list[DispatchRequest]:
-        """Index requests for the batch's messages that carry keys (``batch.indexed``)."""
-        physical, sizes = appended.physical_offsets(), appended.sizes
-        timestamp, queue_offsets = appended.store_timestamp_ms, appended.queue_offsets
-        topic, queue_id, sys_flag = batch.topic, batch.queue_id, batch.sys_flag
-        return [
-            DispatchRequest(
-                topic,
-                queue_id,
-                physical[i],
-                sizes[i],
-                0,
-                timestamp,
-                queue_offsets[i],
-                split_keys(keys),
-                unique_key,
-                sys_flag,
-            )
-            for i, keys, unique_key in indexed
-        ]
+    ) -> KeyedBatch:
+        """The batch's messages that carry keys (``batch.indexed``), for the index in one piece."""
+        return KeyedBatch(
+            batch.topic,
+            batch.queue_id,
+            indexed,
+            appended.physical_offsets(),
+            appended.sizes,
+            appended.store_timestamp_ms,
+            appended.queue_offsets,
+            batch.sys_flag,
+        )
 
     def _dispatch_request(self, request: DispatchRequest, work: _Pass) -> None:
         key = (request.topic, request.queue_id)

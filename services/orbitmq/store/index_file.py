@@ -59,7 +59,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
-from orbitmq.store.dispatch import DispatchRequest
+from orbitmq.native import NATIVE
+from orbitmq.store.dispatch import DispatchRequest, KeyedBatch
 from orbitmq.store.mapped_file import fsync_directory
 
 __all__ = [
@@ -100,6 +101,15 @@ _BIG_ENDIAN_HOST = sys.byteorder == "big"
 _REPAIR_CHUNK_ENTRIES = 1 << 16
 
 assert HEADER_SIZE == 40 and SLOT_SIZE == 4 and ENTRY_SIZE == 20
+
+_INDEX_PUT = (
+    NATIVE.index_put
+    if getattr(NATIVE, "INDEX_SLOT_BYTES", None) == SLOT_SIZE
+    and getattr(NATIVE, "INDEX_ENTRY_BYTES", None) == ENTRY_SIZE
+    else None
+)
+"""``_native.index_put`` when the extension has it (a build from before it, or
+``ORBITMQ_NATIVE=off``: the Python path, :meth:`IndexFile.put` key by key)."""
 
 
 def index_key(topic: str, key: str) -> str:
@@ -363,6 +373,43 @@ class IndexFile:
     def write_header(self) -> None:
         self._write_header()
 
+    def put_keyed(self, batch: KeyedBatch, start: int) -> int:
+        """Entries for ``batch.indexed[start:]`` in C, message by message while each one's keys
+        all fit, skipping messages this file has indexed already; returns the position of the
+        first message not taken (``len(batch.indexed)`` when all were), which the caller puts
+        the Python way (:meth:`put`: a roll, a split, or its error). What :meth:`put` would
+        write for each key, except the header, which waits for :meth:`write_header`."""
+        assert _INDEX_PUT is not None
+        timestamp = batch.store_timestamp_ms
+        fresh = self._entry_count == 0 and self._begin_timestamp_ms == 0
+        delta_s = (timestamp - (timestamp if fresh else self._begin_timestamp_ms)) // _TIME_GRANULARITY_MS
+        if not _I32_MIN <= delta_s <= _I32_MAX:
+            return start  # put() refuses it, naming the times
+        position, self._entry_count, self._used_slot_count, last = _INDEX_PUT(
+            self._mm,
+            self._slots_start,
+            self._slot_count,
+            self._entries_start,
+            self._max_entries,
+            self._entry_count,
+            self._used_slot_count,
+            delta_s,
+            batch.topic + "#",
+            batch.indexed,
+            batch.physical_offsets,
+            start,
+            self._end_phy_offset,
+        )
+        if last >= 0:
+            if fresh:
+                self._begin_timestamp_ms = self._end_timestamp_ms = timestamp
+            end = batch.physical_offsets[last] + batch.sizes[last]
+            if end > self._end_phy_offset:
+                self._end_phy_offset = end
+            if timestamp > self._end_timestamp_ms:
+                self._end_timestamp_ms = timestamp
+        return position  # type: ignore[no-any-return]
+
     # -- read path -----------------------------------------------------------------------------
 
     def lookup(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
@@ -618,30 +665,25 @@ class IndexService:
         self.build_batch((request,))
 
     def build_batch(
-        self, requests: Sequence[DispatchRequest], seen_until: int | None = None, seen_timestamp_ms: int = 0
+        self,
+        requests: Sequence[DispatchRequest | KeyedBatch],
+        seen_until: int | None = None,
+        seen_timestamp_ms: int = 0,
     ) -> None:
         """Index a dispatcher pass under one lock.
 
-        ``requests`` are the pass's messages that carry keys; ``seen_until`` is where the pass
-        ended in the log, so replay after a crash skips the keyless messages too.
+        ``requests`` are the pass's messages that carry keys, one by one or a column batch's
+        at once; ``seen_until`` is where the pass ended in the log, so replay after a crash
+        skips the keyless messages too.
         """
         with self._lock:
             self._check_usable(need_loaded=True)
             current = self._files[-1] if self._files else None
             for request in requests:
-                offset = request.physical_offset
-                if current is not None and offset < current.end_phy_offset:
-                    continue
-                timestamp = request.store_timestamp_ms
-                end = offset + request.size
-                keys = _message_keys(request)
-                if current is None or (keys and len(keys) > current.remaining and current.entry_count > 0):
-                    current = self._roll(offset, timestamp)
-                if keys:
-                    self._put_keys(current, request.topic + "#", keys, offset, timestamp, end)
-                    current = self._files[-1]
-                else:  # nothing to index, but replay must still skip this message
-                    current.mark_indexed(end, timestamp, write_header=False)
+                if type(request) is KeyedBatch:
+                    current = self._build_keyed(current, request)
+                else:
+                    current = self._build_one(current, request)  # type: ignore[arg-type]
             if seen_until is not None:
                 if current is None:
                     current = self._roll(seen_until, seen_timestamp_ms)
@@ -651,6 +693,39 @@ class IndexService:
             # A pass without keys (the usual send) leaves the header to flush(): a header that
             # lags after a crash only makes replay re-mark messages that have nothing to index.
             self._dirty = True
+
+    def _build_one(self, current: IndexFile | None, request: DispatchRequest) -> IndexFile | None:
+        """Index one message (under the lock); the newest file after it."""
+        offset = request.physical_offset
+        if current is not None and offset < current.end_phy_offset:
+            return current
+        timestamp = request.store_timestamp_ms
+        end = offset + request.size
+        keys = _message_keys(request)
+        if current is None or (keys and len(keys) > current.remaining and current.entry_count > 0):
+            current = self._roll(offset, timestamp)
+        if keys:
+            self._put_keys(current, request.topic + "#", keys, offset, timestamp, end)
+            return self._files[-1]
+        current.mark_indexed(end, timestamp, write_header=False)  # replay must skip it too
+        return current
+
+    def _build_keyed(self, current: IndexFile | None, batch: KeyedBatch) -> IndexFile | None:
+        """Index a batch's keyed messages: in C while they fit the newest file, one at a time the
+        Python way where they do not (a roll) or the C path cannot take them."""
+        indexed = batch.indexed
+        if _INDEX_PUT is None or type(indexed) is not list or type(batch.physical_offsets) is not list:
+            for request in batch.requests():
+                current = self._build_one(current, request)
+            return current
+        position = 0
+        while position < len(indexed):
+            if current is not None:
+                position = current.put_keyed(batch, position)
+            if position < len(indexed):
+                current = self._build_one(current, batch.request(position))
+                position += 1
+        return current
 
     def _put_keys(
         self, current: IndexFile, prefix: str, keys: tuple[str, ...], offset: int, timestamp: int, end: int
