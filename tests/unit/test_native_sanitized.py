@@ -26,6 +26,7 @@ TESTS = [
     "tests/unit/store/test_pull_read.py",
     "tests/unit/test_native_pull_columns.py",
     "tests/unit/test_native_frame_message.py",
+    "tests/unit/test_native_decode.py",
 ]
 
 # The child loads the sanitized build as orbitmq._native before anything imports the real one.

@@ -38,7 +38,7 @@ from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, Property
 from orbitmq.store.message_filter import TagFilter
-from orbitmq.store.record import StoredMessage, decode
+from orbitmq.store.record import StoredMessage, decode_all
 from orbitmq.v1 import broker_pb2, common_pb2
 from orbitmq.v1.broker_pb2 import PullStatus
 
@@ -581,8 +581,9 @@ class PushConsumer:
     ) -> int:
         """Hand found messages to the consume service; the next offset to pull."""
         if reply.status == PullStatus.FOUND:
-            check = self.settings.verify_body_crc
-            messages = [_as_delivered(decode(r, check_crc=check)) for r in reply.records]
+            messages = decode_all(reply.records, check_crc=self.settings.verify_body_crc)
+            if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                messages = [_as_delivered(m) for m in messages]
             tag_filter = self._tag_filters.get(mq.topic)
             if tag_filter is not None and not tag_filter.matches_all:  # the broker matched hashes
                 messages = [m for m in messages if tag_filter.matches_tag(m.tags)]

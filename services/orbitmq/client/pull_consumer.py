@@ -19,7 +19,7 @@ from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.store.message_filter import TagFilter
-from orbitmq.store.record import StoredMessage, decode
+from orbitmq.store.record import StoredMessage, decode_all
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
@@ -134,7 +134,7 @@ class PullConsumer:
             return PullResult(
                 status, reply.next_begin_offset, reply.min_offset, reply.max_offset, records=records
             )
-        messages = [decode(r) for r in reply.records]
+        messages = decode_all(reply.records)
         if tag_filter is not None:  # the broker matched tag hash codes; check the text
             messages = [m for m in messages if tag_filter.matches_tag(m.tags)]
         if status is PullStatus.FOUND and not messages:
