@@ -159,13 +159,21 @@ class SendAccumulator:
         """Carry the lane's waiting sends, a batch per call, until none is left."""
         batch: list[PendingSend] = []
         try:
-            while lane.waiting:
+            while True:
+                if not lane.waiting:
+                    # The callers just answered often send again at once: one turn of the event
+                    # loop lets them join this flight's next call instead of starting another.
+                    lane.boarding = True
+                    await asyncio.sleep(0)
+                    if not lane.waiting:
+                        break
                 batch = self._board(lane)
                 if batch:
                     await self._deliver(lane, batch)
                 batch = []
         finally:
             lane.flights -= 1
+            lane.boarding = False
             if batch:  # cancelled (the producer closes) or crashed mid-call
                 _fail_all(batch, "the producer is closed" if self._closed else "the send failed unexpectedly")
 
