@@ -1732,6 +1732,14 @@ static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssiz
                 failed = set_slot(PyTuple_GET_ITEM(fields, f), message, values[f]) < 0;
         if (failed)
             goto fail;
+        /* Neither object can be part of a reference cycle (frozen; strings, numbers, bytes and
+           a dict of strings), so the cyclic GC need not track them: untracked, a backlog in
+           the process queues is not walked by every full collection, and a pull's messages
+           do not count towards the next one (CPython untracks tuples and dicts of atoms too). */
+        if (PyObject_GC_IsTracked(message))
+            PyObject_GC_UnTrack(message);
+        if (props_n != 0 && PyObject_GC_IsTracked(properties))
+            PyObject_GC_UnTrack(properties);
     }
     Py_XDECREF(topic);
     Py_XDECREF(born.text);
