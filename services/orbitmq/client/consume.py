@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from orbitmq.client.consumer_types import ConsumeStatus, MessageModel, MessageVerdicts, OrderlyStatus
@@ -32,12 +33,17 @@ log = logging.getLogger(__name__)
 Listener = Callable[[list[StoredMessage]], Any]
 
 
-Request = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
-"""One listener call's worth of messages of one queue (``consume_batch`` of them)."""
+Request = tuple[MessageQueue, ProcessQueue[StoredMessage], list[list[StoredMessage]]]
+"""Listener calls' worth of messages of one queue, one list (``consume_batch`` messages) a call:
+a whole pull's while listener calls are quick, else one call's."""
 MAX_GROUP = 32
 """Most requests one worker takes at once from a backlog."""
 QUICK_LISTENER_S = 0.000_2
-"""Listener calls faster than this on average are settled in whole shares of a backlog."""
+"""Listener calls faster than this on average are settled in whole pulls and shares of a backlog."""
+SHARE_BUDGET_S = 0.05
+"""A share's listener calls stop after this long and hand what is left back to the queue, one
+request a call, so a listener that turns slow in the middle of a whole pull gets the other
+workers' help within this time."""
 
 
 Outcome = ConsumeStatus | MessageVerdicts
@@ -52,19 +58,22 @@ def _status(result: Any) -> Outcome:
 def _call_each(
     listener: Listener, batches: list[list[StoredMessage]], stopped: Callable[[], bool]
 ) -> list[tuple[Outcome, float]]:
-    """Run the listener once per batch (on a pool thread) until ``stopped()``; an exception
-    fails only its batch. Returns the outcomes of the calls made, in order."""
+    """Run the listener once per batch (on a pool thread) until ``stopped()`` or past the
+    share's budget; an exception fails only its batch. Returns the outcomes of the calls
+    made, in order."""
     outcomes = []
+    clock = time.perf_counter
+    budget_end = clock() + SHARE_BUDGET_S
     for batch in batches:
-        if stopped():
+        started = clock()
+        if stopped() or (outcomes and started > budget_end):
             break
-        started = time.perf_counter()
         try:
             status = _status(listener(batch))
         except Exception:
             log.exception("listener failed on %d message(s); they will be retried", len(batch))
             status = ConsumeStatus.RECONSUME_LATER
-        outcomes.append((status, time.perf_counter() - started))
+        outcomes.append((status, clock() - started))
     return outcomes
 
 
@@ -73,14 +82,16 @@ class ConcurrentConsumer:
     consume thread pool and its request queue: a backlog costs one small tuple per request
     rather than a task each, and at most that many listener calls run at once.
 
-    Under a backlog a worker takes a share of the waiting requests (up to :data:`MAX_GROUP`) and
-    runs their listener calls in one pool job, then settles them together: one thread hop, one
-    process-queue update and one offset update per share instead of per message. While listener
-    calls are quick (:data:`QUICK_LISTENER_S` on average) a share is all that waits, since
-    running quick calls side by side gains nothing; slower ones get only a fair share each, so
-    listeners waiting on I/O keep running in parallel. Each call still gets ``consume_batch``
-    messages and its own result. A request not started when the consumer closes is skipped:
-    its messages stay uncommitted and go to whoever consumes the queue next.
+    While listener calls are quick (:data:`QUICK_LISTENER_S` on average) a pull's messages are
+    one request, and a worker takes every request waiting (up to :data:`MAX_GROUP`) and runs
+    their listener calls in one pool job, then settles them together: one queue operation per
+    pull, one thread hop, process-queue update and offset update per share instead of per
+    message, since running quick calls side by side gains nothing. Slower listeners get a
+    request per call and a worker only a fair share of those waiting, so listeners waiting on
+    I/O keep running in parallel; a share that runs past :data:`SHARE_BUDGET_S` hands its
+    remaining calls back to the queue (one request a call once the listener is slow). Each call still gets ``consume_batch`` messages
+    and its own result. A request not started when the consumer closes is skipped: its
+    messages stay uncommitted and go to whoever consumes the queue next.
     """
 
     def __init__(self, consumer: PushConsumer, listener: Listener, pool: ThreadPoolExecutor) -> None:
@@ -107,9 +118,23 @@ class ConcurrentConsumer:
             self._workers = [
                 loop.create_task(self._work()) for _ in range(self._consumer.settings.consume_threads)
             ]
+        if not messages:
+            return
         size = self._consumer.settings.consume_batch
-        for start in range(0, len(messages), size):
-            self._requests.put_nowait((mq, pq, messages[start : start + size]))
+        if size == 1:
+            batches = [[message] for message in messages]
+        else:
+            batches = [messages[start : start + size] for start in range(0, len(messages), size)]
+        self._queue(mq, pq, batches)
+
+    def _queue(
+        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batches: list[list[StoredMessage]]
+    ) -> None:
+        if self._listener_seconds < QUICK_LISTENER_S:
+            self._requests.put_nowait((mq, pq, batches))
+        else:
+            for batch in batches:
+                self._requests.put_nowait((mq, pq, [batch]))
 
     async def _work(self) -> None:
         workers = len(self._workers)
@@ -134,33 +159,54 @@ class ConcurrentConsumer:
         if consumer.closing:
             return
         if consumer.suspended:
-            for mq, _, batch in share:
-                self._parked.setdefault(mq, []).append(batch)
+            for mq, _, batches in share:
+                self._parked.setdefault(mq, []).extend(batches)
             return
         live = [request for request in share if not request[1].dropped]
-        for _, pq, batch in live:
-            pq.mark_consume_start(batch)
-        outcomes = await self._run([batch for _, _, batch in live])
-        for mq, _, batch in live[len(outcomes) :]:  # suspended mid-share: not handed over
-            self._parked.setdefault(mq, []).append(batch)
-        live = live[: len(outcomes)]
+        for _, pq, batches in live:
+            pq.mark_consume_start(chain.from_iterable(batches))
+        outcomes = await self._run([batch for _, _, batches in live for batch in batches])
+        average = self._listener_seconds
+        for _, seconds in outcomes:
+            average += (seconds - average) / 16
+        self._listener_seconds = average
         done: dict[MessageQueue, tuple[ProcessQueue[StoredMessage], list[StoredMessage]]] = {}
-        for (mq, pq, batch), (status, seconds) in zip(live, outcomes, strict=True):
-            self._listener_seconds += (seconds - self._listener_seconds) / 16
-            if isinstance(status, MessageVerdicts):
-                settled = await self._settle_each(mq, pq, batch, status, seconds)
-            else:
-                consumer.metrics.consumed(mq.topic, status, seconds, len(batch))
-                settled = batch
-                if status is not ConsumeStatus.CONSUME_SUCCESS:
-                    settled = await self._failed(mq, pq, batch)
-            done.setdefault(mq, (pq, []))[1].extend(settled)
+        metrics = consumer.metrics
+        at = 0
+        for mq, pq, batches in live:
+            ran = outcomes[at : at + len(batches)]
+            at += len(ran)
+            if len(ran) < len(batches):  # stopped mid-share
+                self._not_run(mq, pq, batches[len(ran) :])
+            settled = done.setdefault(mq, (pq, []))[1]
+            for batch, (status, seconds) in zip(batches, ran, strict=False):
+                if status is ConsumeStatus.CONSUME_SUCCESS:
+                    metrics.consumed(mq.topic, status, seconds, len(batch))
+                    settled.extend(batch)
+                elif isinstance(status, MessageVerdicts):
+                    settled.extend(await self._settle_each(mq, pq, batch, status, seconds))
+                else:
+                    metrics.consumed(mq.topic, status, seconds, len(batch))
+                    settled.extend(await self._failed(mq, pq, batch))
         for mq, (pq, messages) in done.items():
-            if pq.dropped:
+            if pq.dropped or not messages:
                 continue
             offset = pq.remove(messages)
             if offset >= 0:
                 consumer.offsets_update(mq, offset)
+
+    def _not_run(
+        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batches: list[list[StoredMessage]]
+    ) -> None:
+        """Calls a share did not make: parked while the consumer is suspended, skipped once it
+        closes, else queued again (the share ran past its budget): one request a call if the
+        listener has turned slow, so idle workers take them."""
+        if self._consumer.closing:
+            return
+        if self._consumer.suspended:
+            self._parked.setdefault(mq, []).extend(batches)
+            return
+        self._queue(mq, pq, batches)
 
     async def _failed(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batch: list[StoredMessage]
@@ -206,7 +252,8 @@ class ConcurrentConsumer:
         return consumed
 
     async def _run(self, batches: list[list[StoredMessage]]) -> list[tuple[Outcome, float]]:
-        """Listener calls: coroutines on the loop one after another, functions in one pool job."""
+        """Listener calls: coroutines on the loop one after another, functions in one pool job;
+        both stop when the consumer suspends or closes, or past the share's budget."""
         consumer = self._consumer
         if not self._is_coroutine:
             outcomes = await asyncio.get_running_loop().run_in_executor(
@@ -218,16 +265,19 @@ class ConcurrentConsumer:
             )
             return outcomes
         results = []
+        clock = time.perf_counter
+        budget_end = clock() + SHARE_BUDGET_S
         for batch in batches:
-            if consumer.suspended or consumer.closing:  # e.g. the listener itself suspended
+            started = clock()
+            # e.g. the listener itself suspended
+            if consumer.suspended or consumer.closing or (results and started > budget_end):
                 break
-            started = time.perf_counter()
             try:
                 status = _status(await self._listener(batch))
             except Exception:
                 log.exception("listener failed on %d message(s); they will be retried", len(batch))
                 status = ConsumeStatus.RECONSUME_LATER
-            results.append((status, time.perf_counter() - started))
+            results.append((status, clock() - started))
         return results
 
     async def wait_idle(self, timeout_s: float) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from orbitmq.client.consumer_types import ConsumeStatus, OrderlyStatus
+from orbitmq.common.tally import LatencyTally
 
 
 class ConsumerMetrics:
@@ -54,11 +56,11 @@ class ConsumerMetrics:
         self._results: dict[tuple[str, str], int] = {}
         """Messages by (topic, listener result): plain ints, exported by a collector, because a
         Counter's lock per message costs more than the rest of the bookkeeping."""
-        self.registry.register(_ResultsCollector(group, self._results))
-        self.latency = Histogram(
-            "orbitmq_consume_latency_seconds", "Listener run time", ["group"], registry=self.registry
-        )
-        self._latency_child = self.latency.labels(group)
+        self.latency = LatencyTally(Histogram.DEFAULT_BUCKETS[:-1])
+        """Listener run times, exported as the ``orbitmq_consume_latency_seconds`` histogram: a
+        Histogram takes three locks an observation, and a quick listener is called per message.
+        The event loop is the only writer (listener calls are settled there)."""
+        self.registry.register(_ResultsCollector(group, self._results, self.latency))
         self.flow_pauses = Counter(
             "orbitmq_flow_control_pauses_total",
             "Pulls delayed by flow control",
@@ -72,7 +74,7 @@ class ConsumerMetrics:
         """One listener call: its messages counted by result, its run time observed."""
         key = (topic, status.value)
         self._results[key] = self._results.get(key, 0) + messages
-        self._latency_child.observe(seconds)
+        self.latency.observe(seconds)
 
     def rebalanced(self, topic: str, outcome: str, assigned: int) -> None:
         self.rebalances.labels(self._group, topic, self._client, outcome).inc()
@@ -86,14 +88,26 @@ def start_metrics_server(port: int, metrics: ConsumerMetrics, addr: str = "127.0
 
 
 class _ResultsCollector(Collector):
-    def __init__(self, group: str, results: dict[tuple[str, str], int]) -> None:
+    def __init__(self, group: str, results: dict[tuple[str, str], int], latency: LatencyTally) -> None:
         self._group = group
         self._results = results
+        self._latency = latency
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         family = CounterMetricFamily(
             "orbitmq_consume_results", "Messages by listener result", labels=["group", "topic", "status"]
         )
         for (topic, status), count in list(self._results.items()):
             family.add_metric([self._group, topic, status], count)
         yield family
+        tally = self._latency
+        latency = HistogramMetricFamily(
+            "orbitmq_consume_latency_seconds", "Listener run time", labels=["group"]
+        )
+        bounds = [*map(floatToGoString, tally.bounds), "+Inf"]
+        latency.add_metric(
+            [self._group],
+            list(zip(bounds, map(float, tally.cumulative()), strict=True)),
+            sum_value=tally.total_seconds,
+        )
+        yield latency
