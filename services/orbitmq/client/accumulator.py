@@ -34,7 +34,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
@@ -44,6 +44,9 @@ from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.tasks import TaskSet
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
+
+if TYPE_CHECKING:
+    from orbitmq.client.producer_routes import WriteQueue
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +80,16 @@ class PendingSend(asyncio.Future[SendResult]):
 class Carrier(Protocol):
     """What the accumulator needs from its producer: routes, queue choice and the call."""
 
-    async def _route(self, topic: str) -> list: ...  # list[WriteQueue]
+    async def _route(self, topic: str) -> list[WriteQueue]: ...
 
-    async def _refresh_quietly(self, topic: str, stale: list | None) -> list | None: ...
+    async def _refresh_quietly(
+        self, topic: str, stale: list[WriteQueue] | None
+    ) -> list[WriteQueue] | None: ...
 
-    def _lane_target(self, topic: str, queues: list, queue: object | None) -> object: ...
+    def _lane_target(self, topic: str, queues: list[WriteQueue], queue: WriteQueue | None) -> WriteQueue: ...
 
     async def _carry(
-        self, target: object, topic: str, data: bytes, timeout_s: float
+        self, target: WriteQueue, topic: str, data: bytes, timeout_s: float
     ) -> broker_pb2.SendMessageResponse: ...
 
     def _request_head(self, topic: str, queue_id: int) -> bytes: ...
@@ -95,7 +100,7 @@ class Carrier(Protocol):
 class _Lane:
     __slots__ = ("boarding", "cap", "flights", "queue", "topic", "waiting")
 
-    def __init__(self, topic: str, queue: object | None, cap: int) -> None:
+    def __init__(self, topic: str, queue: WriteQueue | None, cap: int) -> None:
         self.topic = topic
         self.queue = queue
         """The WriteQueue of an ordered lane; None for round robin."""
@@ -127,17 +132,17 @@ class SendAccumulator:
         self._max_messages = max_messages
         self._max_bytes = max_bytes
         self._in_flight = in_flight
-        self._lanes: dict[object, _Lane] = {}
+        self._lanes: dict[str | tuple[str, str, int], _Lane] = {}
         self._flights = TaskSet(f"{owner}:flights")
         self._closed = False
 
-    def submit(self, topic: str, queue: object | None, pending: PendingSend) -> None:
+    def submit(self, topic: str, queue: WriteQueue | None, pending: PendingSend) -> None:
         """Queue ``pending`` in its lane (``queue``: the ordered lane's queue, None for round
         robin) and start a call if the lane has room for one."""
         if self._closed:
             pending.set_exception(RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, "the producer is closed"))
             return
-        key = topic if queue is None else (topic, queue.broker_name, queue.queue_id)  # type: ignore[attr-defined]
+        key = topic if queue is None else (topic, queue.broker_name, queue.queue_id)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(topic, queue, self._in_flight if queue is None else 1)
@@ -200,8 +205,8 @@ class SendAccumulator:
     async def _deliver(self, lane: _Lane, batch: list[PendingSend]) -> None:
         """One call carrying ``batch``; on a failure, what each message does next."""
         carrier, topic = self._carrier, lane.topic
-        target = None
-        queues = None
+        target: WriteQueue | None = None
+        queues: list[WriteQueue] | None = None
         now = time.perf_counter()
         timeout_s = min(p.policy.attempt_timeout_s((now - p.started) * 1000) for p in batch)
         for pending in batch:
@@ -209,13 +214,13 @@ class SendAccumulator:
         try:
             queues = await carrier._route(topic)
             target = carrier._lane_target(topic, queues, lane.queue)
-            data = b"".join([carrier._request_head(topic, target.queue_id), *(p.framed for p in batch)])  # type: ignore[attr-defined]
+            data = b"".join([carrier._request_head(topic, target.queue_id), *(p.framed for p in batch)])
             started = time.perf_counter()
             reply = await carrier._carry(target, topic, data, timeout_s)
         except (grpc.aio.AioRpcError, RpcFailure) as error:
             await self._after_failure(lane, batch, error, target, queues)
             return
-        carrier._record_latency(target.broker_name, (time.perf_counter() - started) * 1000)  # type: ignore[attr-defined]
+        carrier._record_latency(target.broker_name, (time.perf_counter() - started) * 1000)
         _resolve(batch, reply)
 
     async def _after_failure(
@@ -223,12 +228,12 @@ class SendAccumulator:
         lane: _Lane,
         batch: list[PendingSend],
         error: grpc.aio.AioRpcError | RpcFailure,
-        target: object,
-        queues: list | None,
+        target: WriteQueue | None,
+        queues: list[WriteQueue] | None,
     ) -> None:
         """Fail, split or retry the messages of a failed call (see the module docstring)."""
         failure = classify(error)
-        name, address = (target.broker_name, target.address) if target else (None, None)  # type: ignore[attr-defined]
+        name, address = (target.broker_name, target.address) if target else (None, None)
         if name is not None and failure.retriable:
             self._carrier._record_latency(name, 0, failed=True)
         now = time.perf_counter()

@@ -28,7 +28,6 @@ import socket
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -44,29 +43,21 @@ from orbitmq.client.accumulator import (
 from orbitmq.client.channels import FRESH_CHANNEL_OPTIONS, Channels
 from orbitmq.client.faults import LatencyFaults
 from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
+from orbitmq.client.producer_routes import WriteQueue, WriteRoutes
 from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.common.names import validate_group_name, validate_topic_name
-from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage, decode
-from orbitmq.v1 import broker_pb2, broker_pb2_grpc, nameserver_pb2
-from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
+from orbitmq.v1 import broker_pb2, broker_pb2_grpc
+from orbitmq.v1.broker_pb2 import TransactionResolution
 
 log = logging.getLogger(__name__)
 
-MASTER_ID = 0
-WRITE = 2
 _SEND_METHOD = "/orbitmq.v1.Broker/SendMessage"
-
-
-@dataclass(frozen=True, slots=True)
-class WriteQueue:
-    broker_name: str
-    queue_id: int
-    address: str
 
 
 def client_id() -> str:
@@ -137,11 +128,10 @@ class Producer:
         self._heartbeat_s = heartbeat_ms / 1000
         self._probe_interval_s = probe_interval_ms / 1000
         self._default_queue_nums = default_topic_queue_nums
-        self._routes: dict[str, list[WriteQueue]] = {}
-        self._route_locks: dict[str, asyncio.Lock] = {}
         self._round_robin: dict[str, int] = {}
         self._brokers: set[str] = set()
         self._faults = LatencyFaults(clock)
+        self._routes = WriteRoutes(self._channels, self._faults, default_topic_queue_nums)
         self._keys = UniqueKeys()
         self._tasks = TaskSet(f"producer:{group}")
         self._pending: set[asyncio.Future[Any]] = set()
@@ -199,92 +189,15 @@ class Producer:
 
     async def write_queues(self, topic: str, *, refresh: bool = False) -> list[WriteQueue]:
         """The topic's write queues, from the cache unless ``refresh`` (or not cached yet)."""
-        if refresh or topic not in self._routes:
-            return await self._refresh_route(topic, self._routes.get(topic))
-        return self._routes[topic]
+        return await self._routes.write_queues(topic, refresh=refresh)
 
     async def _refresh_route(self, topic: str, stale: list[WriteQueue] | None) -> list[WriteQueue]:
-        """Fetch the route again, unless another send already replaced ``stale`` (the route its
-        attempt failed on) while this one waited: sends that fail together during a failover
-        make one name server query, not one each."""
-        lock = self._route_locks.setdefault(topic, asyncio.Lock())
-        async with lock:
-            current = self._routes.get(topic)
-            if current is not None and current is not stale:
-                return current
-            queues = await self._fetch_route(topic)
-            self._store_route(topic, queues)
-            return queues
-
-    def _store_route(self, topic: str, queues: list[WriteQueue]) -> None:
-        """Keep ``queues``; a broker whose master moved (a failover), or that is back in the
-        route after it had left it (a restart that outlasted its registration), is no longer
-        avoided."""
-        previous = self._routes.get(topic)
-        old = {q.broker_name: q.address for q in previous or ()}
-        for queue in queues:
-            if previous is not None and old.get(queue.broker_name) != queue.address:
-                self._faults.forget(queue.broker_name)
-        self._routes[topic] = queues
-
-    async def _fetch_route(self, topic: str) -> list[WriteQueue]:
-        try:
-            route = await self._channels.namesrv_call(
-                "QueryRoute", nameserver_pb2.QueryRouteRequest(topic=topic)
-            )
-        except grpc.aio.AioRpcError as error:
-            failure = failure_of(error)
-            if failure is None or failure.reason != ErrorReason.TOPIC_NOT_EXIST:
-                raise
-            return await self._new_topic_queues()
-        masters = {
-            d.broker_name: d.broker_addrs[MASTER_ID]
-            for d in route.broker_datas
-            if MASTER_ID in d.broker_addrs
-        }  # type: ignore[attr-defined]
-        writable = [q for q in route.queue_datas if q.perm & WRITE]  # type: ignore[attr-defined]
-        queues = [
-            WriteQueue(q.broker_name, queue_id, masters[q.broker_name])
-            for q in writable
-            if q.broker_name in masters
-            for queue_id in range(q.write_queue_nums)
-        ]
-        if not writable:
-            raise RpcFailure(ErrorReason.NO_PERMISSION, f"topic {topic} has no writable queue")
-        if not queues:  # a failover in progress: retriable
-            names = ", ".join(sorted({q.broker_name for q in writable}))
-            raise RpcFailure(
-                ErrorReason.SERVICE_NOT_AVAILABLE,
-                f"no master of topic {topic}'s brokers ({names}) is registered",
-            )
-        return queues
-
-    async def _new_topic_queues(self) -> list[WriteQueue]:
-        """A topic no broker has yet: spread over every master, which create it on first send."""
-        info = await self._channels.namesrv_call("GetClusterInfo", nameserver_pb2.GetClusterInfoRequest())
-        queues = [
-            WriteQueue(name, queue_id, data.broker_addrs[MASTER_ID])
-            for name, data in sorted(info.broker_addr_table.items())  # type: ignore[attr-defined]
-            if MASTER_ID in data.broker_addrs
-            for queue_id in range(self._default_queue_nums)
-        ]
-        if not queues:
-            raise RpcFailure(
-                ErrorReason.SERVICE_NOT_AVAILABLE, "no master broker is registered with the name servers"
-            )
-        return queues
+        return await self._routes.refresh(topic, stale)
 
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(self._route_refresh_s)
-            for topic in list(self._routes):
-                try:
-                    self._store_route(topic, await self._fetch_route(topic))
-                except (grpc.aio.AioRpcError, RpcFailure) as error:
-                    failure = classify(error)
-                    log.warning(
-                        "route refresh of topic %s failed: %s (%s)", topic, failure.label, failure.detail
-                    )
+            await self._routes.refresh_all()
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -314,7 +227,7 @@ class Producer:
             await self._probe_failed_brokers()
 
     async def _probe_failed_brokers(self) -> None:
-        addresses = {q.broker_name: q.address for queues in self._routes.values() for q in queues}
+        addresses = self._routes.addresses()
         for name in self._faults.probe_candidates():
             address = addresses.get(name)
             if address is not None and await self._probe(address):
@@ -685,7 +598,8 @@ class TransactionProducer(Producer):
         self, message: Message, arg: Any = None
     ) -> tuple[SendResult, TransactionResolution]:
         result = await self._send([message], extra={Property.TRANSACTION_PREPARED: "true"})
-        address = next(q.address for q in self._routes[message.topic] if q.broker_name == result.broker_name)
+        queues = self._routes.get(message.topic) or []
+        address = next(q.address for q in queues if q.broker_name == result.broker_name)
         self._sessions.ensure(address)
         try:
             resolution = await _call(self._local_transaction, message, arg)
