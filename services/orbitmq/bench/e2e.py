@@ -6,6 +6,9 @@ Figures (1 KiB bodies, a topic of 8 queues):
 
 * ``e2e_consume`` — a push consumer (default settings, concurrent listener) draining a backlog;
   baseline: bare gRPC pulls of the same backlog (32 per call, one puller per queue, no decoding).
+* ``e2e_consume_client_us`` / ``e2e_consume_broker_us`` — CPU microseconds per message of that
+  drain in this process (the consumer) and in the broker process, from consumer start to the
+  last message; baseline: the same for the bare pulls.
 * ``e2e_produce_and_consume`` — a producer child and the consumer at the same time, msg/s until
   the last message is consumed; baseline: the producer alone (the backlog's load rate).
 * ``e2e_latency_p99_ms`` — sends paced at 1 000 msg/s, latency from the born timestamp to the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -85,6 +89,13 @@ async def _bare_pulls(broker: str, topic: str, total: int) -> float:
     if fetched != total:
         raise RuntimeError(f"bare pulls found {fetched} messages, expected {total}")
     return elapsed
+
+
+def _cpu_s(pid: int | None = None) -> float:
+    """User plus system CPU seconds of process ``pid`` (default: this one), from /proc."""
+    with open(f"/proc/{pid or 'self'}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _consume(
@@ -155,12 +166,13 @@ def _p(values: list[float], q: float) -> float:
 
 async def _measure(
     namesrv: str,
-    broker: str,
+    broker: Process,
     emit: Callable[[Figure], None],
     messages: int,
     backlog: int,
     latency_s: float,
     rss_s: float,
+    consume_only: bool,
 ) -> None:
     async with Admin(namesrv) as admin:
         for topic in ("E2E", "E2ELive", "E2ELatency", "E2ESlow"):
@@ -170,9 +182,20 @@ async def _measure(
     started = time.perf_counter()
     await asyncio.to_thread(_wait, _produce(namesrv, "E2E", messages))
     produce_alone = messages / (time.perf_counter() - started)
-    bare = messages / await _bare_pulls(broker, "E2E", messages)
+    pid = broker.popen.pid
+    broker_cpu, client_cpu = _cpu_s(pid), _cpu_s()
+    bare = messages / await _bare_pulls(broker.address, "E2E", messages)
+    bare_broker_us = (_cpu_s(pid) - broker_cpu) / messages * 1e6
+    bare_client_us = (_cpu_s() - client_cpu) / messages * 1e6
+    broker_cpu, client_cpu = _cpu_s(pid), _cpu_s()
     consumed = messages / await _consume(namesrv, "E2E", "bench-e2e", messages, "e2e_consume")
+    broker_us = (_cpu_s(pid) - broker_cpu) / messages * 1e6
+    client_us = (_cpu_s() - client_cpu) / messages * 1e6
     emit(Figure("e2e_consume", consumed, "msg/s", bare, "bare gRPC pulls of the backlog", ">= 50000"))
+    emit(Figure("e2e_consume_client_us", client_us, "us/msg", bare_client_us, "bare pulls, no decoding"))
+    emit(Figure("e2e_consume_broker_us", broker_us, "us/msg", bare_broker_us, "bare pulls of 32"))
+    if consume_only:
+        return
 
     live: list[subprocess.Popen[bytes]] = []
     seconds = await _consume(
@@ -237,25 +260,36 @@ def run(
     latency_s: float,
     rss_s: float,
     work_dir: Path | None,
+    consume_only: bool = False,
 ) -> None:
-    with cluster_processes("e2e", work_dir) as (namesrv, broker):
-        asyncio.run(_measure(namesrv, broker, emit, messages, backlog, latency_s, rss_s))
+    """Every figure, or with ``consume_only`` the backlog drain's three (e2e_consume and its CPU)."""
+    with cluster("e2e", work_dir) as (namesrv, broker):
+        asyncio.run(
+            _measure(namesrv.address, broker, emit, messages, backlog, latency_s, rss_s, consume_only)
+        )
 
 
 @contextmanager
-def cluster_processes(name: str, work_dir: Path | None) -> Iterator[tuple[str, str]]:
-    """A name server and a broker as child processes on a temporary store; yields their addresses."""
+def cluster(name: str, work_dir: Path | None) -> Iterator[tuple[Process, Process]]:
+    """A name server and a broker as child processes on a temporary store."""
     data = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-{name}-", dir=work_dir))
     namesrv = Process(cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", ""))
     broker = None
     try:
         broker = broker_process(data, namesrv=namesrv.address)
-        yield namesrv.address, broker.address
+        yield namesrv, broker
     finally:
         if broker is not None:
             broker.stop()
         namesrv.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+@contextmanager
+def cluster_processes(name: str, work_dir: Path | None) -> Iterator[tuple[str, str]]:
+    """:func:`cluster`, yielding the name server's and the broker's addresses."""
+    with cluster(name, work_dir) as (namesrv, broker):
+        yield namesrv.address, broker.address
 
 
 def _rss_mb() -> float:

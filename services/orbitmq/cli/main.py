@@ -135,6 +135,9 @@ def bench_sidecar(as_json: bool, messages: int, max_in_flight: int, work_dir: Pa
 )
 @click.option("--latency-seconds", default=10.0, show_default=True, type=click.FloatRange(1, 600))
 @click.option("--rss-seconds", default=15.0, show_default=True, type=click.FloatRange(1, 600))
+@click.option(
+    "--consume-only", is_flag=True, help="Only the drain of --messages (e2e_consume and its CPU per message)."
+)
 @click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
 def bench_e2e(
     as_json: bool,
@@ -142,6 +145,7 @@ def bench_e2e(
     backlog: int,
     latency_seconds: float,
     rss_seconds: float,
+    consume_only: bool,
     work_dir: Path | None,
 ) -> None:
     """Producers and push consumers end to end: throughput, latency, consumer memory."""
@@ -157,6 +161,7 @@ def bench_e2e(
             latency_s=latency_seconds,
             rss_s=rss_seconds,
             work_dir=work_dir,
+            consume_only=consume_only,
         )
 
 
