@@ -28,6 +28,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -75,7 +76,8 @@ because the broker's jar is on the same classpath and logback would pick the bro
 (whose deprecation warning makes logback print its whole status to stdout, the result channel)."""
 
 START_TIMEOUT_S = 120.0
-"""Both JVMs start in ~5-10 s on 2 idle cores; a machine busy with other tests can take many times that."""
+"""The broker is routed ~10 s after its JVM starts (its first registration that lands is its
+scheduled one), ~15 s in all on 2 quiet cores; a machine busy with other tests takes longer."""
 STOP_GRACE_S = 5.0
 """SIGTERM runs RocketMQ's shutdown hooks; SIGKILL after this. The broker's whole shutdown takes
 ~15 s (its services stop one at a time, several waiting out a polling interval), and a benchmark
@@ -335,7 +337,7 @@ class RocketMQCluster:
         logs.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         namesrv_config = self._write_config("namesrv", {"listenPort": namesrv_port})
-        namesrv = self._spawn(
+        self._spawn(
             "namesrv",
             [f"-Xms{NAMESRV_HEAP_MB}m", f"-Xmx{NAMESRV_HEAP_MB}m"],
             ["org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(namesrv_config)],
@@ -363,7 +365,12 @@ class RocketMQCluster:
             ["org.apache.rocketmq.broker.BrokerStartup", "-c", str(broker_config)],
         )
         self.broker_pid = broker.popen.pid
-        self._await_registration(namesrv, broker, started + START_TIMEOUT_S)
+        # Both JVMs start at once: the broker's first registration that lands is its scheduled
+        # one, 10 s after its start (the one in its start finds no name server its client has
+        # yet scanned as available), by which time the name server has long been up.
+        registered = f'"{self.broker_addr}"'
+        deadline = started + START_TIMEOUT_S
+        self._await("broker's registration", lambda: registered in (self._cluster_table() or ""), deadline)
         self.start_seconds = time.monotonic() - started
 
     def _write_config(self, name: str, settings: dict[str, object]) -> Path:
@@ -386,23 +393,27 @@ class RocketMQCluster:
         self._servers.append(server)
         return server
 
-    def _await_registration(self, namesrv: _Server, broker: _Server, deadline: float) -> None:
-        """Until the name server's cluster table lists the broker's address."""
-        while True:
-            for server in (namesrv, broker):
+    def _cluster_table(self) -> str | None:
+        """The name server's cluster table, None while it does not answer."""
+        try:
+            return cluster_info(self.namesrv)
+        except OSError:
+            return None
+
+    def _await(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
+        """Until ``ready()``; fails with the servers' log tails when one exits or time runs out."""
+        while not ready():
+            for server in self._servers:
                 if server.popen.poll() is not None:
                     raise RocketMQPeerError(
                         f"RocketMQ's {server.name} exited with {server.popen.returncode} while starting\n"
                         f"{server.log_tail()}"
                     )
-            with contextlib.suppress(OSError):
-                if f'"{self.broker_addr}"' in cluster_info(self.namesrv):
-                    return
             if time.monotonic() > deadline:
+                tails = "\n".join(server.log_tail() for server in self._servers)
                 raise RocketMQPeerError(
-                    f"RocketMQ's broker {self.broker_addr} did not register with the name server "
-                    f"{self.namesrv} within {START_TIMEOUT_S:.0f} s\n"
-                    f"{namesrv.log_tail()}\n{broker.log_tail()}"
+                    f"RocketMQ not started within {START_TIMEOUT_S:.0f} s: waited for the {what} "
+                    f"(name server {self.namesrv}, broker {self.broker_addr})\n{tails}"
                 )
             time.sleep(0.1)
 
