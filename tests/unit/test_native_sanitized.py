@@ -27,6 +27,7 @@ TESTS = [
     "tests/unit/test_native_pull_columns.py",
     "tests/unit/test_native_frame_message.py",
     "tests/unit/test_native_decode.py",
+    "tests/unit/store/test_index_keyed.py",
 ]
 
 # The child loads the sanitized build as orbitmq._native before anything imports the real one.
