@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,34 @@ def test_a_broker_that_cannot_start_says_why(built: Path, tmp_path: Path) -> Non
     with pytest.raises(RocketMQPeerError, match=why), RocketMQCluster(tmp_path, heap_mb=1):
         pytest.fail("a broker with a 1 MB heap started")
     assert _processes_of(tmp_path) == []  # the name server it had started is stopped too
+
+
+def test_servers_do_not_outlive_the_python_process_that_started_them(tmp_path: Path) -> None:
+    # A child starts a server (a stand-in for a JVM, in its own session as RocketMQ's are) and
+    # ends without stopping it, as a benchmark that dies on an error would.
+    child = f"""
+import os, sys
+from pathlib import Path
+from orbitmq.bench.peer_rocketmq import ServerProcess
+work_dir = Path({str(tmp_path)!r})
+server = ServerProcess("broker", ["sleep", "300"], work_dir, work_dir, dict(os.environ))
+print(server.popen.pid, flush=True)
+sys.exit(3)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 3, done.stderr
+    server_pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{server_pid}").exists() and _state(server_pid) != "Z":
+        assert time.monotonic() < deadline, f"server {server_pid} still runs after its parent exited"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    """The process state letter from /proc (Z: a zombie waiting for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

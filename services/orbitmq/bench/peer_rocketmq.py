@@ -196,8 +196,8 @@ def free_ports() -> tuple[int, int]:
     chooser = random.Random()
     for _ in range(1000):
         namesrv, broker = chooser.randrange(*PORT_RANGE), chooser.randrange(*PORT_RANGE)
-        wanted = {namesrv, broker - 2, broker - 1, broker, broker + 1}
-        if len(wanted) == 5 and all(_port_free(port) for port in wanted):
+        wanted = {namesrv, broker - 2, broker, broker + 1}
+        if len(wanted) == 4 and all(_port_free(port) for port in wanted):
             return namesrv, broker
     raise RocketMQPeerError(f"no free ports for RocketMQ in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
@@ -248,8 +248,10 @@ def _kill_live_groups() -> None:
 atexit.register(_kill_live_groups)
 
 
-class _Server:
-    """One JVM in its own session (so its whole group can be signalled), output to a file."""
+class ServerProcess:
+    """A server (one of RocketMQ's JVMs) in its own session, so its whole process group can be
+    signalled; its output goes to ``<log_dir>/<name>.out``. Until it is reaped, an atexit hook
+    SIGKILLs its group, so no server outlives the Python process that started it."""
 
     def __init__(self, name: str, argv: list[str], home: Path, log_dir: Path, env: dict[str, str]) -> None:
         self.name = name
@@ -313,7 +315,7 @@ class RocketMQCluster:
         self.start_seconds = 0.0
         """From the name server's spawn to the broker's registration with it."""
         self._classpath = ""
-        self._servers: list[_Server] = []
+        self._servers: list[ServerProcess] = []
 
     def __enter__(self) -> RocketMQCluster:
         self._classpath = classpath(build_peer())
@@ -378,7 +380,7 @@ class RocketMQCluster:
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
 
-    def _spawn(self, name: str, jvm_options: list[str], main: list[str]) -> _Server:
+    def _spawn(self, name: str, jvm_options: list[str], main: list[str]) -> ServerProcess:
         home = self.work_dir / name
         home.mkdir(parents=True, exist_ok=True)
         argv = [
@@ -389,7 +391,7 @@ class RocketMQCluster:
             "-cp", self._classpath, *main,
         ]  # fmt: skip
         env = dict(os.environ, ROCKETMQ_HOME=str(self.work_dir))
-        server = _Server(name, argv, home, self.work_dir / "logs", env)
+        server = ServerProcess(name, argv, home, self.work_dir / "logs", env)
         self._servers.append(server)
         return server
 
