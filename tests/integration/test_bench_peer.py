@@ -112,3 +112,37 @@ def test_bench_peer_of_orbitmq_alone_prints_every_figure(tmp_path: Path) -> None
         assert figure["value"] >= 0 if "cpu" in name else figure["value"] > 0, figure
         assert figure["baseline"] is None, name  # RocketMQ did not run
     assert list(tmp_path.iterdir()) == []  # each cluster's directory is removed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # the first run builds RocketMQ's peer with Maven
+def test_bench_peer_prints_every_figure_with_a_rocketmq_baseline(tmp_path: Path) -> None:
+    """One round of both systems with tiny counts (~90 s once the peer is built): the harness
+    works end to end, not what the figures are."""
+    command = ["bench", "peer", "--json", "--rounds", "1", "--messages", "100", "--heap-mb", "256"]
+    done = subprocess.run(
+        [sys.executable, "-m", "orbitmq.cli.main", *command, "--work-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = {json.loads(line)["figure"]: json.loads(line) for line in done.stdout.splitlines()}
+    assert set(figures) == expected_figures()
+    for name, figure in figures.items():
+        assert figure["baseline"] is not None, name
+        assert "RocketMQ 5.3.3" in figure["baseline_name"], figure
+        if "cpu" not in name:  # CPU is read in clock ticks: a tiny run may show none
+            assert figure["value"] > 0 and figure["baseline"] > 0, figure
+    assert "autoBatch" in figures["send_8_vs_autobatch"]["baseline_name"]
+    # every run of both systems reported itself on standard error, none with errors
+    for system in ("rocketmq", "orbitmq"):
+        runs = [
+            line
+            for line in done.stderr.splitlines()
+            if line.startswith(f"round 1/1 {system} ") and " msg/s" in line
+        ]
+        assert len(runs) == (10 if system == "rocketmq" else 8), runs
+    assert "ERRORS" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -14,12 +14,13 @@ whole-process CPU from ``wait4`` when it marks nothing. The broker's resident me
 which counts the pages of its mapped store files that are in memory, and RssAnon, which does
 not) is read after each run, its peak (VmHWM) at the end of the round.
 
-Workloads (``N`` = ``--messages``, 1 KiB bodies, topics of 8 queues, a fresh topic and group per
-run): ``send_1`` / ``send_8`` / ``send_32`` (sync sends, that many in flight, ``N / 4`` for one
-in flight), RocketMQ again with ``autoBatch`` for 8 and 32 (``send_8_vs_autobatch``);
-``batch_128`` (4 in flight, ``10 N``); ``consume`` (a push consumer draining ``10 N`` stored
-by the batch workload first); ``latency_1000`` / ``latency_10000`` (open-loop paced sends,
-produce-to-consume latency, ``N / 2`` and ``3 N / 2`` messages).
+Workloads (``N`` = ``--messages``, 1 KiB bodies, topics of 8 queues, a fresh group per run):
+``send_1`` / ``send_8`` / ``send_32`` (sync sends, that many in flight, ``N / 4`` for one in
+flight), RocketMQ again with ``autoBatch`` for 8 and 32 (``send_8_vs_autobatch``);
+``batch_128`` (4 in flight, ``10 N``); ``consume`` (a push consumer draining ``10 N`` stored by
+the batch workload first, on a topic of its own); ``latency_1000`` / ``latency_10000``
+(open-loop paced sends, produce-to-consume latency, ``N / 2`` and ``3 N / 2`` messages, each on
+a fresh topic).
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ class Plan:
     workload: Workload
     systems: tuple[str, ...] = SYSTEMS
     reported: bool = True
-    topic: str = ""
-    """The topic to use; empty: a fresh one named after the plan."""
+    topic: str = "peer_sends"
+    """Send and batch runs share one topic (a producer does not care what is stored before its
+    messages); the consume run drains a topic of its own, and each latency run gets a fresh one
+    (the contract's)."""
 
 
 def plans(messages: int, only: tuple[str, ...]) -> list[Plan]:
@@ -104,7 +107,8 @@ def plans(messages: int, only: tuple[str, ...]) -> list[Plan]:
         elif name.startswith("latency_"):
             rate = int(name.split("_")[1])
             count = max(1, n // 2) if rate <= 1000 else max(1, 3 * n // 2)
-            chosen.append(Plan(name, Workload("latency", count, rate=rate, warmup=max(1, rate // 2))))
+            latency = Workload("latency", count, rate=rate, warmup=max(1, rate // 2))
+            chosen.append(Plan(name, latency, topic=f"peer_{name}"))
     return chosen
 
 
@@ -118,6 +122,8 @@ class Measured:
     messages: int
     """Messages the CPU is charged over: ``N``, or ``N + W`` when the driver marked nothing."""
     marked: bool
+    wall_s: float = 0.0
+    """The driver process's whole run (start-up to exit)."""
 
     def cpu_us(self, which: str) -> float:
         seconds = {"total": self.broker_cpu_s + self.client_cpu_s, "broker": self.broker_cpu_s}.get(
@@ -221,15 +227,17 @@ def run_round(
     """Every plan of ``system`` on a started ``cluster``, one driver at a time."""
     this = Round(system)
     started = time.perf_counter()
-    topics = {plan.topic or f"peer_{plan.name}" for plan in chosen if system in plan.systems}
+    topics = {plan.topic for plan in chosen if system in plan.systems}
     for topic in sorted(topics):
         cluster.create_topic(topic, QUEUES)
     for plan in chosen:
         if system not in plan.systems:
             continue
-        topic = plan.topic or f"peer_{plan.name}"
+        topic = plan.topic
         group = f"peer_{plan.name}_{label}_{system}".replace(" ", "_").replace("/", "of")
+        run_started = time.perf_counter()
         measured = run_driver(cluster, plan, topic, group, logs)
+        measured.wall_s = time.perf_counter() - run_started
         this.runs[plan.name] = measured
         this.rss_mb = max(this.rss_mb, memory_mb(cluster.broker_pid, "VmRSS"))
         this.private_mb = max(this.private_mb, memory_mb(cluster.broker_pid, "RssAnon"))
@@ -251,7 +259,7 @@ def _describe(m: Measured) -> str:
         parts.append("(whole run)")
     if r.errors:
         parts.append(f"ERRORS {r.errors}")
-    return ", ".join(parts)
+    return ", ".join(parts) + f" [{m.wall_s:.1f} s]"
 
 
 ClusterFactory = Callable[[str, Path], AbstractContextManager[Cluster]]
@@ -307,8 +315,12 @@ def run(
             directory = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-peer-{system}-", dir=work_dir))
             try:
                 label = f"round {index + 1}/{rounds}"
+                started = time.perf_counter()
                 with start(system, directory) as cluster:
+                    say(f"{label} {system:<8} started in {time.perf_counter() - started:.1f} s")
                     results[system].append(run_round(cluster, system, chosen, directory, label, say))
+                    stopping = time.perf_counter()
+                say(f"{label} {system:<8} stopped in {time.perf_counter() - stopping:.1f} s")
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
     say(f"{rounds} round(s) in {time.perf_counter() - began:,.0f} s")
@@ -371,7 +383,7 @@ def _figure(
     base = [v for v in theirs if v is not None]
     ratios = [o / t for o, t in zip(ours, theirs, strict=False) if o is not None and t]
     spread = ""
-    if ratios:
+    if len(ratios) > 1:
         spread = (
             f"; per-round ratios {min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.2f}"
         )
