@@ -119,8 +119,8 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
-def _require_tools() -> None:
-    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
+def _require_tools(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         packages = " ".join(INSTALL_HINT[tool] for tool in missing)
         raise RocketMQPeerError(
@@ -141,7 +141,7 @@ def build_peer() -> Path:
     built = root / sources_digest()
     if (built / DRIVER_JAR).is_file():
         return built
-    _require_tools()
+    _require_tools("mvn", "java")
     root.mkdir(parents=True, exist_ok=True)
     with (root / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -319,6 +319,7 @@ class RocketMQCluster:
 
     def __enter__(self) -> RocketMQCluster:
         self._classpath = classpath(build_peer())
+        _require_tools("java")  # a cached build needs no Maven, but every server is a JVM
         try:
             self._start()
         except BaseException:
