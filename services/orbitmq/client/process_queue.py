@@ -16,7 +16,9 @@ consume lock that rebalance takes so a queue is never dropped in the middle of a
 
 Messages are kept in a dict offset -> message plus a ``bisect``-maintained sorted list of the
 offsets (no third-party sorted container): insertions come in ascending batches, so they append
-at the end, and a queue holds at most a few thousand messages (flow control caps it).
+at the end, and a queue holds at most a few thousand messages (flow control caps it). A pull's
+batch that follows everything held is added in bulk, and a removal of the oldest messages in
+order (what a settled share of a backlog is) cuts the front of the list at once.
 
 Thread-safe: one ``threading.Lock`` guards the state, held only for in-memory work.
 """
@@ -107,9 +109,17 @@ class ProcessQueue(Generic[M]):
         """
         batch = _with_offsets(messages)
         with self._lock:
-            for offset, message in batch:
-                if offset not in self._buffered and offset not in self._consuming:
-                    self._hold(offset, message)
+            if batch and self._follows(batch):  # a pull's ascending batch: held in bulk
+                offsets = [offset for offset, _ in batch]
+                self._buffered.update(batch)
+                self._offsets.extend(offsets)
+                self._count += len(batch)
+                self._size_bytes += sum([len(message.body) for _, message in batch])
+                self._max_offset_put = max(self._max_offset_put, offsets[-1])
+            else:
+                for offset, message in batch:
+                    if offset not in self._buffered and offset not in self._consuming:
+                        self._hold(offset, message)
             if self._buffered and not self._dispatched:
                 self._dispatched = True
                 return True
@@ -124,8 +134,20 @@ class ProcessQueue(Generic[M]):
         """
         with self._lock:
             self._last_consume_ms = self._clock.now_ms()
-            for message in messages:
-                offset = message.queue_offset
+            if not isinstance(messages, list):
+                messages = list(messages)
+            offsets = [message.queue_offset for message in messages]
+            if offsets and self._offsets[: len(offsets)] == offsets:
+                # The usual removal: the oldest buffered messages, in order (a settled share).
+                del self._offsets[: len(offsets)]
+                buffered, started = self._buffered, self._consume_start_ms
+                held = [buffered.pop(offset) for offset in offsets]
+                for offset in offsets:
+                    started.pop(offset, None)
+                self._count -= len(held)
+                self._size_bytes -= sum([len(message.body) for message in held])
+                return self._committable_offset()
+            for offset in offsets:
                 held = self._discard(offset)
                 if held is None:
                     held = self._consuming.pop(offset, None)
@@ -287,6 +309,20 @@ class ProcessQueue(Generic[M]):
         return now_ms - self._last_lock_ms > max_ms
 
     # ------------------------------------------------------------------------------ helpers
+
+    def _follows(self, batch: list[tuple[int, M]]) -> bool:
+        """Whether ``batch``'s offsets ascend and all come after every offset held (a pull's
+        next messages), so none is held already and they append in order."""
+        last = batch[0][0]
+        if (self._offsets and last <= self._offsets[-1]) or (
+            self._consuming and last <= max(self._consuming)
+        ):
+            return False
+        for offset, _ in batch:
+            if offset < last:
+                return False
+            last = offset + 1
+        return True
 
     def _hold(self, offset: int, message: M) -> None:
         """Start holding a message that is neither buffered nor consuming."""

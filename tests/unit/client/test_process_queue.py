@@ -263,3 +263,48 @@ def test_concurrent_put_and_remove(pq: ProcessQueue[Msg]) -> None:
     assert results[-1] == total
     assert results == sorted(results)  # the committable offset never moves back
     assert (pq.count, pq.size_bytes, pq.span) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_bulk_and_single_paths_agree_with_a_plain_model(seed: int) -> None:
+    """Puts of whole ascending pulls and removals of the oldest messages take bulk paths; any
+    other shape (overlaps, repeats, gaps, removals out of order or of messages not held) takes
+    the per-message one. Either way count, size, span and the committable offset are what a
+    plain set of held offsets says."""
+    rng = random.Random(seed)
+    pq: ProcessQueue[Msg] = ProcessQueue()
+    held: dict[int, int] = {}  # offset -> body size
+    most = -1
+    next_offset = 0
+    for _ in range(300):
+        if rng.random() < 0.5:
+            if rng.random() < 0.7:  # the next pull
+                batch = [
+                    Msg(o, b"x" * rng.randrange(0, 5))
+                    for o in range(next_offset, next_offset + rng.randrange(1, 40))
+                ]
+            else:  # overlaps, repeats, out of order
+                batch = [
+                    Msg(rng.randrange(0, next_offset + 20), b"y" * rng.randrange(0, 5))
+                    for _ in range(rng.randrange(1, 10))
+                ]
+            pq.put(batch)
+            for m in batch:
+                held.setdefault(m.queue_offset, len(m.body))
+                most = max(most, m.queue_offset)
+            next_offset = max(next_offset, most + 1)
+        elif held:
+            ordered = sorted(held)
+            if rng.random() < 0.6:  # the oldest, in order
+                gone = ordered[: rng.randrange(1, len(ordered) + 1)]
+            else:
+                gone = rng.sample(range(0, next_offset + 5), rng.randrange(1, 10))
+            offset = pq.remove([Msg(o) for o in gone])
+            for o in gone:
+                held.pop(o, None)
+            expected = min(held) if held else most + 1
+            assert offset == expected
+        assert pq.count == len(held)
+        assert pq.size_bytes == sum(held.values())
+        assert pq.span == (max(held) - min(held) if held else 0)
+        assert pq.committable_offset == (min(held) if held else most + 1 if most >= 0 else -1)
