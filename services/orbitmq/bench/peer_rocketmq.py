@@ -47,9 +47,10 @@ NAMESRV_HEAP_MB = 256
 """The name server only holds routes: a small heap, so the machine's memory goes to the broker."""
 SERVER_JVM_OPTIONS = (
     "-server",
-    # G1 with RocketMQ's tuning, from its bin/runbroker.sh and runserver.sh (Java >= 9 branch):
-    # regions of 16 MB, a quarter of the heap held back against evacuation failures, marking
-    # from 30 % occupancy, soft references dropped at once (the broker caches nothing in them).
+    # G1 with RocketMQ's tuning, from its bin/runbroker.sh and runserver.sh (Java >= 9 branch),
+    # so the baseline is RocketMQ as its scripts run it: regions of 16 MB, a quarter of the
+    # heap held back against evacuation failures, concurrent marking from 30 % occupancy, soft
+    # references cleared at the first collection that can.
     "-XX:+UseG1GC",
     "-XX:G1HeapRegionSize=16m",
     "-XX:G1ReservePercent=25",
@@ -65,8 +66,9 @@ BROKER_JVM_OPTIONS = (
     # runbroker.sh: the whole heap is touched at start, as in RocketMQ's deployments; its RSS
     # (the memory figure of the benchmark) is then the heap from the first message on.
     "-XX:+AlwaysPreTouch",
-    # runbroker.sh: room for Netty's pooled direct buffers and the transient store pool.
+    # runbroker.sh: a direct-memory cap far above the heap (Netty's pooled buffers live there).
     "-XX:MaxDirectMemorySize=15g",
+    # runbroker.sh: no huge pages, even where the machine offers them.
     "-XX:-UseLargePages",
 )
 """JVM options of the broker beside :data:`SERVER_JVM_OPTIONS` and its ``-Xms``/``-Xmx``."""
