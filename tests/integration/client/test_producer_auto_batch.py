@@ -224,3 +224,37 @@ async def test_order_and_budgets_across_a_broker_restart(namesrv: NameServer, tm
             seen.add(key)
             bodies.append(message.body)
     assert bodies == [f"s{i}".encode() for i in range(40)]
+
+
+async def test_calls_keep_to_the_message_and_byte_limits(namesrv: NameServer, broker: RunningBroker) -> None:
+    async with (
+        Producer("PG", namesrv.address, auto_batch_max_messages=4) as by_count,
+        Producer("PG", namesrv.address, auto_batch_max_bytes=3000) as by_bytes,
+    ):
+        for producer in (by_count, by_bytes):
+            await producer.send(Message("Limits", b"warm-up"))
+            before = calls(broker)
+            results = await asyncio.gather(
+                *(producer.send(Message("Limits", bytes(1024))) for _ in range(40))
+            )
+            assert all(r.status is SendStatus.SEND_OK for r in results)
+            # 4 messages a call, or 2 of 1 KiB within 3000 bytes (40 sends: the first goes alone).
+            least = 10 if producer is by_count else 20
+            assert calls(broker) - before >= least
+
+
+async def test_close_fails_the_sends_still_waiting(namesrv: NameServer, broker: RunningBroker) -> None:
+    """Sends retrying against a broker that is gone end when the producer closes: they fail with
+    a reason, none is left hanging."""
+    producer = Producer("PG", namesrv.address, send_timeout_ms=60_000)
+    await producer.start()
+    await producer.send(Message("Closing", b"warm-up"), sharding_key="k")
+    await stop_broker(broker)
+    sends = [
+        asyncio.ensure_future(producer.send(Message("Closing", b"m"), sharding_key="k")) for _ in range(5)
+    ]
+    await asyncio.sleep(0.5)
+    assert not any(s.done() for s in sends)
+    await asyncio.wait_for(producer.close(), 10)
+    outcomes = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 5)
+    assert all(isinstance(o, RpcFailure) and "closed" in str(o) for o in outcomes), outcomes
