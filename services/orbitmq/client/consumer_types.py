@@ -53,12 +53,12 @@ class ConsumerSettings:
 
     pull_batch: int = 32
     """Messages a pull asks for while the consumer keeps up (RocketMQ's pullBatchSize)."""
-    pull_batch_backlog: int = 256
+    pull_batch_backlog: int = 512
     """Messages a pull asks for while its queue has a backlog (the previous reply showed more
     than ``pull_batch`` waiting), bounded by the room flow control leaves: one pull call costs
     the client and the broker about as much as decoding 30 messages, so a drain in pulls of 32
-    spends most of its time on calls. The broker caps a pull at 256 KiB of records
-    (``max_transfer_bytes``), about 220 messages of 1 KiB. Not above 1024 (the broker's limit)."""
+    spends most of its time on calls. The broker caps a pull at 512 KiB of records
+    (``max_transfer_bytes``), about 450 messages of 1 KiB. Not above 1024 (the broker's limit)."""
     consume_batch: int = 1
     consume_threads: int = 20
     cached_messages_per_queue: int = 1000
