@@ -176,6 +176,11 @@ class SendAccumulator:
                 if batch:
                     await self._deliver(lane, batch)
                 batch = []
+        except Exception:
+            # A bug, not a failed call (those are handled per message): nobody is left waiting
+            # on a lane whose flights may crash the same way (the task set logs the error).
+            _fail_all(lane.waiting, "the send failed unexpectedly")
+            raise
         finally:
             lane.flights -= 1
             lane.boarding = False
