@@ -58,7 +58,10 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Most encoded bytes in one coalesced call (RocketMQ's default largest message): far below the
 channel's 64 MiB and a broker's commit-log segment; a single larger message goes alone."""
 DEFAULT_IN_FLIGHT = 2
-"""Calls in flight at once per round-robin lane (ordered lanes: always one)."""
+"""Calls in flight at once per round-robin lane (ordered lanes: always one). Closed-loop senders
+share one call whatever the limit (see :meth:`SendAccumulator._fly`); for a window of async sends
+1, 2 and 4 measured alike within the noise of a shared 2-core machine (11-46k msg/s, 15-20 µs of
+client CPU a message); two let a burst start a second call while the first is out."""
 
 
 class PendingSend(asyncio.Future[SendResult]):
