@@ -1,20 +1,16 @@
 """Calls that arrive while earlier ones of their kind are on their way go to the broker
-together, as one: sends of a topic, acks of a (broker, group, topic).
+together, as one: acks of a (broker, group, topic).
 
-The official clients make one call per message (one ``SendMessage``, one ``AckMessage``) and
-keep several in flight. Passed on one by one, each costs the proxy a client call to the broker
-and the broker a whole request and a store write; the broker stores a batch of 32, or writes
-the POP records of 32 acks, for little more than one. So, as a store's group commit does
-(:class:`Coalescer`): a call that finds fewer than ``max_in_flight`` batches of its key on
-their way goes at once (a lone call waits for nothing: its latency is unchanged); otherwise it
-waits for the next batch, which takes everything queued meanwhile (up to ``max_items`` items
-and ``max_size`` of their sizes). Each item still gets its own result. A batch that fails fails
-every item in it, as each would have failed alone.
+The official clients make one ``AckMessage`` call per message and keep several in flight.
+Passed on one by one, each costs the proxy a client call to the broker and the broker a whole
+request and a store write; the broker writes the POP records of 32 acks for little more than
+one. So, as a store's group commit does (:class:`Coalescer`): a call that finds fewer than
+``max_in_flight`` batches of its key on their way goes at once (a lone call waits for nothing:
+its latency is unchanged); otherwise it waits for the next batch, which takes everything queued
+meanwhile (up to ``max_items`` items and ``max_size`` of their sizes). Each item still gets its
+own result. A batch that fails fails every item in it, as each would have failed alone.
 
-Sends (:class:`SendCoalescer`): only NORMAL messages with no delay; FIFO (queue by message
-group), delayed and transactional sends go on their own. Each message gets the batch's queue and
-status and its own offset in the queue (a batch is stored contiguously). A send that waited for
-a batch is under the producer's own send timeout; one that goes alone keeps its caller's.
+Sends are coalesced by the proxy's producer (:mod:`orbitmq.client.accumulator`).
 Acks: see :meth:`orbitmq.proxy.consumers.V2Consumers.ack`.
 """
 
@@ -27,12 +23,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from orbitmq.client.message import Message, SendResult
-from orbitmq.client.producer import Producer
-from orbitmq.common.topics import Property
-
-MAX_MESSAGES = 128
-MAX_BYTES = 1024 * 1024
 MAX_IN_FLIGHT = 1
 """One batch per key on its way: with 2, the official client's 16 sends in flight still went
 to the broker almost one by one (1.07 messages per call; with 1, 1.5 to 2.3)."""
@@ -142,60 +132,3 @@ class Coalescer(Generic[K, T, R]):
         finally:
             state.in_flight -= 1
             self._drain(key, state)
-
-
-class SendCoalescer:
-    """Args:
-    producer: the proxy's producer (batches go through its ``send_batch``, lone messages
-        through ``send``, so routes, fault avoidance and retries are its own).
-    max_messages, max_bytes: bounds of one batch (bodies' bytes).
-    max_in_flight: batches of one topic on their way at once.
-    """
-
-    def __init__(
-        self,
-        producer: Producer,
-        *,
-        max_messages: int = MAX_MESSAGES,
-        max_bytes: int = MAX_BYTES,
-        max_in_flight: int = MAX_IN_FLIGHT,
-    ) -> None:
-        self._producer = producer
-        self._coalescer: Coalescer[str, tuple[Message, int | None], SendResult] = Coalescer(
-            self._flush,
-            max_items=max_messages,
-            max_in_flight=max_in_flight,
-            size=lambda item: len(item[0].body),
-            max_size=max_bytes,
-        )
-
-    @property
-    def batches(self) -> int:
-        """Broker calls made (a lone message is a batch of one)."""
-        return self._coalescer.calls
-
-    @property
-    def messages(self) -> int:
-        return self._coalescer.items
-
-    async def send(self, message: Message, timeout_ms: int | None = None) -> SendResult:
-        """Send a NORMAL ``message`` (no delay), alone or with others of its topic."""
-        if message.delay_level or message.deliver_at_ms is not None or message.delay_ms is not None:
-            raise ValueError(
-                f"a delayed message ({message.topic}) is not coalesced: it goes to the timer alone"
-            )
-        return await self._coalescer.submit(message.topic, (message, timeout_ms))
-
-    async def _flush(self, topic: str, items: list[tuple[Message, int | None]]) -> list[SendResult]:
-        if len(items) == 1:
-            message, timeout_ms = items[0]
-            return [await self._producer.send(message, timeout_ms=timeout_ms)]
-        result = await self._producer.send_batch([message for message, _ in items])
-        return [
-            dataclasses.replace(
-                result,
-                msg_id=message.system_properties.get(Property.UNIQ_KEY, result.msg_id),
-                queue_offset=result.queue_offset + i,
-            )
-            for i, (message, _) in enumerate(items)
-        ]

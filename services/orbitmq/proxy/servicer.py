@@ -30,7 +30,6 @@ from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import parse_delay_levels
 from orbitmq.proxy import codes, convert, routes
 from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry
-from orbitmq.proxy.coalesce import SendCoalescer
 from orbitmq.proxy.consumers import Consumers
 from orbitmq.proxy.convert import Refused
 from orbitmq.proxy.metrics import ProxyMetrics
@@ -118,7 +117,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> None:
         self._settings = settings
         self._producer = producer
-        self._coalescer = SendCoalescer(producer)
         self._channels = channels
         self._transactions = transactions
         self._clients = clients
@@ -310,9 +308,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._clients.publishes(client_id, out.message.topic)
             result, ref = await self._transactions.send_half(out, budget_ms)
             transaction_id = ref.encode()
-        elif out.message_type == v2.NORMAL and not out.message.delay_level:
-            result = await self._coalescer.send(out.message, budget_ms)  # see proxy.coalesce
         else:
+            # The official clients send one message per call, several in flight: the producer
+            # coalesces concurrent NORMAL sends of a topic, and FIFO ones of a queue, into batch
+            # calls, each message with its own receipt (orbitmq.client.accumulator); delayed
+            # ones go alone, to the timer.
             result = await self._producer.send(
                 out.message, sharding_key=out.sharding_key, timeout_ms=budget_ms
             )
