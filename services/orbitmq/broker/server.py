@@ -115,9 +115,9 @@ class Broker:
 
     async def _start(self) -> None:
         settings = self.settings
+        self.servicer = BrokerServicer(self)
         self.grpc.add_service(
-            "orbitmq.v1.Broker",
-            lambda s: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), s),
+            "orbitmq.v1.Broker", lambda s: broker_pb2_grpc.add_BrokerServicer_to_server(self.servicer, s)
         )
         port = self.grpc.bind()
         host, _ = split_host_port(settings.listen)

@@ -172,6 +172,10 @@ def put_failure(result: PutResult) -> RpcFailure:
 class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
     def __init__(self, broker: Broker) -> None:
         self.b = broker
+        self.python_path_sends = 0
+        """Sends the C scanner left to the Python path (delays, transactions, what it does not
+        read): a producer's everyday sends must not add to it, or each costs the broker several
+        times the CPU without any other sign."""
 
     # -- producers -----------------------------------------------------------------------------
 
@@ -202,6 +206,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 result = await b.acknowledged(result)
             count, transaction_id = scanned.columns.count, batch.first_unique_key
         else:
+            self.python_path_sends += 1
             request = head = _parse_send(data)
             if not request.messages:
                 raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
