@@ -636,15 +636,18 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         reader = asyncio.get_running_loop().create_task(
             self._read_session(session.client_id, request_iterator)
         )
+        getter: asyncio.Future[broker_pb2.ServerEvent] | None = None
         try:
             while not reader.done():
                 getter = asyncio.ensure_future(session.events.get())
                 done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     yield getter.result()
-                else:
-                    getter.cancel()
         finally:
+            # A client that goes away cancels this generator inside the wait: a getter left
+            # pending would be destroyed pending ("Task was destroyed but it is pending").
+            if getter is not None:
+                getter.cancel()
             reader.cancel()
             if self.b.clients.close_session(session):
                 self.b.client_gone(session.client_id)

@@ -4,6 +4,7 @@ queries and admin — each over real gRPC to a real broker."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -88,6 +89,24 @@ async def test_membership_changes_are_pushed_at_once(broker: RunningBroker) -> N
     assert event.consumer_ids_changed.consumer_group == "CG"
     assert await consumer_ids(broker) == ["c1"]
     await first.close()
+
+
+async def test_a_session_that_ends_leaves_no_pending_task(
+    broker: RunningBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client going away cancels the broker's session stream while it waits for an event:
+    the wait's getter used to be left pending and reported at collection ("Task was destroyed
+    but it is pending!", logged by every bench peer latency run)."""
+    session = await Session(broker, "leaving").opened()
+    await session.close()
+    for _ in range(200):
+        if broker.broker.clients.session("leaving") is None:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    gc.collect()
+    destroyed = [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+    assert not destroyed, destroyed[0].getMessage()
 
 
 async def test_silent_clients_expire(tmp_path: Path) -> None:
