@@ -25,6 +25,10 @@ the caller whose message caused it and nobody else.
 
 The per-message state lives on the send's future (:class:`PendingSend`): no other object per
 message besides the caller's :class:`Message`.
+
+The lanes themselves (:class:`Lanes`: queue by key, board up to the limits, fly while anything
+waits) know nothing of sends: the proxy coalesces acks with them too
+(:class:`orbitmq.proxy.coalesce.Coalescer`), delivering each batch its own way.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -64,10 +70,27 @@ share one call whatever the limit (see :meth:`SendAccumulator._fly`); for a wind
 client CPU a message); two let a burst start a second call while the first is out."""
 
 
-class PendingSend(asyncio.Future[SendResult]):
+R = TypeVar("R")
+K = TypeVar("K", bound=Hashable)
+
+
+class Pending(asyncio.Future[R]):
+    """An item waiting in a lane, or in a call: its caller's future; subclasses add what their
+    calls need."""
+
+    __slots__ = ("alone",)
+
+    alone: bool
+    """Board this item in a call of its own (after a batch holding it was refused)."""
+
+
+P = TypeVar("P", bound=Pending[Any])
+
+
+class PendingSend(Pending[SendResult]):
     """One send waiting in a lane, or in a call: its future and the state its retries need."""
 
-    __slots__ = ("alone", "attempts", "framed", "msg_id", "policy", "started")
+    __slots__ = ("attempts", "framed", "msg_id", "policy", "started")
 
     framed: bytes
     """The message as field 4 of a ``SendMessageRequest`` (tag, length, ``Message``)."""
@@ -76,8 +99,6 @@ class PendingSend(asyncio.Future[SendResult]):
     started: float
     """``time.perf_counter()`` when the send was called: its budget runs from there."""
     attempts: int
-    alone: bool
-    """Send this message in a call of its own (after a batch holding it was refused)."""
 
 
 class Carrier(Protocol):
@@ -100,21 +121,132 @@ class Carrier(Protocol):
     def _record_latency(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None: ...
 
 
-class _Lane:
-    __slots__ = ("boarding", "cap", "flights", "queue", "topic", "waiting")
+class Lane(Generic[K, P]):
+    """The items of one key waiting for a call, and the calls (flights) carrying them."""
 
-    def __init__(self, topic: str, queue: WriteQueue | None, cap: int) -> None:
-        self.topic = topic
-        self.queue = queue
-        """The WriteQueue of an ordered lane; None for round robin."""
+    __slots__ = ("boarding", "cap", "detail", "flights", "key", "waiting")
+
+    def __init__(self, key: K, cap: int, detail: Any) -> None:
+        self.key = key
         self.cap = cap
-        self.waiting: deque[PendingSend] = deque()
+        """Flights at once."""
+        self.detail = detail
+        """What the lane's calls need of their destination (a send lane's topic and queue)."""
+        self.waiting: deque[P] = deque()
         self.flights = 0
         self.boarding = False
-        """A flight has started and not yet taken its batch: a new send needs no new flight."""
+        """A flight has started and not yet taken its batch: a new item needs no new flight."""
 
 
-class SendAccumulator:
+class Lanes(Generic[K, P]):
+    """Items queued by key, carried in batch calls while anything waits (see the module
+    docstring); a subclass makes the calls (:meth:`_deliver`) and answers each item.
+
+    Args:
+        owner: names the flights' tasks.
+        closed: why items fail once :meth:`close` was called.
+        max_items, max_bytes: bounds of one batch (:meth:`_size` of an item counts toward
+            ``max_bytes``; a first item larger than it still goes, alone).
+    """
+
+    def __init__(self, owner: str, closed: str, *, max_items: int, max_bytes: int = sys.maxsize) -> None:
+        if max_items < 1 or max_bytes < 1:
+            raise ValueError(f"batch limits must be positive (items {max_items}, bytes {max_bytes})")
+        self._closed_why = closed
+        self._max_items = max_items
+        self._max_bytes = max_bytes
+        self._lanes: dict[K, Lane[K, P]] = {}
+        self._flights = TaskSet(f"{owner}:flights")
+        self._closed = False
+
+    def _size(self, pending: P) -> int:
+        """What ``pending`` counts toward ``max_bytes``."""
+        return 0
+
+    async def _deliver(self, lane: Lane[K, P], batch: list[P]) -> None:
+        """One call carrying ``batch``: answer each item, or put it back in ``lane.waiting``
+        (at its front, to keep the order) to go again."""
+        raise NotImplementedError
+
+    def _put(self, key: K, pending: P, cap: int, detail: Any = None) -> None:
+        """Queue ``pending`` in ``key``'s lane (made with ``cap`` flights and ``detail`` if it
+        has none) and start a call if the lane has room for one."""
+        if self._closed:
+            pending.set_exception(RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, self._closed_why))
+            return
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = Lane(key, cap, detail)
+        lane.waiting.append(pending)
+        if not lane.boarding and lane.flights < lane.cap:
+            lane.flights += 1
+            lane.boarding = True
+            self._flights.spawn(str(key), self._fly(lane))
+
+    async def close(self) -> None:
+        """Stop every call; items still waiting or in flight fail (idempotent)."""
+        self._closed = True
+        await self._flights.close()
+        for lane in self._lanes.values():
+            _fail_all(lane.waiting, self._closed_why)
+        self._lanes.clear()
+
+    async def _fly(self, lane: Lane[K, P]) -> None:
+        """Carry the lane's waiting items, a batch per call, until none is left."""
+        batch: list[P] = []
+        try:
+            while True:
+                if not lane.waiting:
+                    # The callers just answered often send again at once: one turn of the event
+                    # loop lets them join this flight's next call instead of starting another.
+                    lane.boarding = True
+                    await asyncio.sleep(0)
+                    if not lane.waiting:
+                        break
+                batch = self._board(lane)
+                if batch:
+                    await self._deliver(lane, batch)
+                batch = []
+        except Exception:
+            # A bug, not a failed call (those are handled per item): nobody is left waiting
+            # on a lane whose flights may crash the same way (the task set logs the error).
+            _fail_all(lane.waiting, "the call failed unexpectedly")
+            raise
+        finally:
+            lane.flights -= 1
+            lane.boarding = False
+            if batch:  # cancelled (closing) or crashed mid-call
+                _fail_all(batch, self._closed_why if self._closed else "the call failed unexpectedly")
+            if not lane.flights and not lane.waiting and self._lanes.get(lane.key) is lane:
+                del self._lanes[lane.key]  # keys come and go (the acks' groups): keep none idle
+
+    def _board(self, lane: Lane[K, P]) -> list[P]:
+        """The next batch: items from the front of the lane up to the limits."""
+        lane.boarding = False
+        waiting = lane.waiting
+        batch: list[P] = []
+        size = 0
+        while waiting and len(batch) < self._max_items:
+            pending = waiting[0]
+            if pending.done():  # its caller gave up (cancelled)
+                waiting.popleft()
+                continue
+            item_size = self._size(pending)
+            if batch and (pending.alone or size + item_size > self._max_bytes):
+                break
+            waiting.popleft()
+            batch.append(pending)
+            size += item_size
+            if pending.alone:
+                break
+        return batch
+
+
+SendLaneKey = str | tuple[str, str, int]
+"""A topic (round robin), or a topic, broker name and queue id (ordered)."""
+
+
+class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
     """The lanes of one producer (see the module docstring)."""
 
     def __init__(
@@ -131,88 +263,25 @@ class SendAccumulator:
                 f"auto batch limits must be positive (messages {max_messages}, bytes {max_bytes}, "
                 f"in flight {in_flight})"
             )
+        super().__init__(owner, "the producer is closed", max_items=max_messages, max_bytes=max_bytes)
         self._carrier = carrier
-        self._max_messages = max_messages
-        self._max_bytes = max_bytes
         self._in_flight = in_flight
-        self._lanes: dict[str | tuple[str, str, int], _Lane] = {}
-        self._flights = TaskSet(f"{owner}:flights")
-        self._closed = False
 
     def submit(self, topic: str, queue: WriteQueue | None, pending: PendingSend) -> None:
         """Queue ``pending`` in its lane (``queue``: the ordered lane's queue, None for round
         robin) and start a call if the lane has room for one."""
-        if self._closed:
-            pending.set_exception(RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, "the producer is closed"))
-            return
-        key = topic if queue is None else (topic, queue.broker_name, queue.queue_id)
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane(topic, queue, self._in_flight if queue is None else 1)
-        lane.waiting.append(pending)
-        if not lane.boarding and lane.flights < lane.cap:
-            lane.flights += 1
-            lane.boarding = True
-            self._flights.spawn(topic, self._fly(lane))
+        if queue is None:
+            self._put(topic, pending, self._in_flight, (topic, None))
+        else:
+            self._put((topic, queue.broker_name, queue.queue_id), pending, 1, (topic, queue))
 
-    async def close(self) -> None:
-        """Stop every call; sends still waiting or in flight fail (idempotent)."""
-        self._closed = True
-        await self._flights.close()
-        for lane in self._lanes.values():
-            _fail_all(lane.waiting, "the producer is closed")
-        self._lanes.clear()
+    def _size(self, pending: PendingSend) -> int:
+        return len(pending.framed)
 
-    async def _fly(self, lane: _Lane) -> None:
-        """Carry the lane's waiting sends, a batch per call, until none is left."""
-        batch: list[PendingSend] = []
-        try:
-            while True:
-                if not lane.waiting:
-                    # The callers just answered often send again at once: one turn of the event
-                    # loop lets them join this flight's next call instead of starting another.
-                    lane.boarding = True
-                    await asyncio.sleep(0)
-                    if not lane.waiting:
-                        break
-                batch = self._board(lane)
-                if batch:
-                    await self._deliver(lane, batch)
-                batch = []
-        except Exception:
-            # A bug, not a failed call (those are handled per message): nobody is left waiting
-            # on a lane whose flights may crash the same way (the task set logs the error).
-            _fail_all(lane.waiting, "the send failed unexpectedly")
-            raise
-        finally:
-            lane.flights -= 1
-            lane.boarding = False
-            if batch:  # cancelled (the producer closes) or crashed mid-call
-                _fail_all(batch, "the producer is closed" if self._closed else "the send failed unexpectedly")
-
-    def _board(self, lane: _Lane) -> list[PendingSend]:
-        """The next batch: sends from the front of the lane up to the limits."""
-        lane.boarding = False
-        waiting = lane.waiting
-        batch: list[PendingSend] = []
-        size = 0
-        while waiting and len(batch) < self._max_messages:
-            pending = waiting[0]
-            if pending.done():  # its caller gave up (cancelled)
-                waiting.popleft()
-                continue
-            if batch and (pending.alone or size + len(pending.framed) > self._max_bytes):
-                break
-            waiting.popleft()
-            batch.append(pending)
-            size += len(pending.framed)
-            if pending.alone:
-                break
-        return batch
-
-    async def _deliver(self, lane: _Lane, batch: list[PendingSend]) -> None:
+    async def _deliver(self, lane: Lane[SendLaneKey, PendingSend], batch: list[PendingSend]) -> None:
         """One call carrying ``batch``; on a failure, what each message does next."""
-        carrier, topic = self._carrier, lane.topic
+        carrier = self._carrier
+        topic, queue = lane.detail
         target: WriteQueue | None = None
         queues: list[WriteQueue] | None = None
         now = time.perf_counter()
@@ -221,7 +290,7 @@ class SendAccumulator:
             pending.attempts += 1
         try:
             queues = await carrier._route(topic)
-            target = carrier._lane_target(topic, queues, lane.queue)
+            target = carrier._lane_target(topic, queues, queue)
             data = b"".join([carrier._request_head(topic, target.queue_id), *(p.framed for p in batch)])
             started = time.perf_counter()
             reply = await carrier._carry(target, topic, data, timeout_s)
@@ -233,13 +302,14 @@ class SendAccumulator:
 
     async def _after_failure(
         self,
-        lane: _Lane,
+        lane: Lane[SendLaneKey, PendingSend],
         batch: list[PendingSend],
         error: grpc.aio.AioRpcError | RpcFailure,
         target: WriteQueue | None,
         queues: list[WriteQueue] | None,
     ) -> None:
         """Fail, split or retry the messages of a failed call (see the module docstring)."""
+        topic = lane.detail[0]
         failure = classify(error)
         name, address = (target.broker_name, target.address) if target else (None, None)
         if name is not None and failure.retriable:
@@ -252,7 +322,7 @@ class SendAccumulator:
                 lane.waiting.extendleft(reversed(batch))
                 return
             first = batch[0]
-            _fail(first, SendFailed(lane.topic, name, address, failure, now - first.started, first.attempts))
+            _fail(first, SendFailed(topic, name, address, failure, now - first.started, first.attempts))
             return
         survivors: list[PendingSend] = []
         pause_ms: float | None = None
@@ -261,7 +331,7 @@ class SendAccumulator:
             elapsed_ms = (now - pending.started) * 1000
             pause = pending.policy.pause_ms(pending.attempts, elapsed_ms, random.random())
             if pause is None:
-                spent = SendFailed(lane.topic, name, address, failure, elapsed_ms / 1000, pending.attempts)
+                spent = SendFailed(topic, name, address, failure, elapsed_ms / 1000, pending.attempts)
                 _fail(pending, spent)
             elif pending.attempts > most_attempts:
                 # The call's backoff is its most retried message's: sends that joined later do
@@ -275,7 +345,7 @@ class SendAccumulator:
         log.info(
             "send of %d message(s) to topic %s on broker %s failed (%s: %s); retry in %.0f ms",
             len(survivors),
-            lane.topic,
+            topic,
             name or "-",
             failure.label,
             failure.detail,
@@ -284,7 +354,7 @@ class SendAccumulator:
         # The survivors wait here, not in the lane: no other call takes them before the pause,
         # and nothing behind them in an ordered lane leaves first (that lane has one call).
         await asyncio.sleep(pause_ms / 1000)
-        await self._carrier._refresh_quietly(lane.topic, queues)
+        await self._carrier._refresh_quietly(topic, queues)
         lane.waiting.extendleft(reversed(survivors))
 
 
@@ -312,12 +382,12 @@ def _resolve(batch: list[PendingSend], reply: broker_pb2.SendMessageResponse) ->
         )
 
 
-def _fail(pending: PendingSend, error: BaseException) -> None:
+def _fail(pending: Pending[Any], error: BaseException) -> None:
     if not pending.done():
         pending.set_exception(error)
 
 
-def _fail_all(sends: deque[PendingSend] | list[PendingSend], why: str) -> None:
-    for pending in sends:
+def _fail_all(items: deque[P] | list[P], why: str) -> None:
+    for pending in items:
         _fail(pending, RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, why))
-    sends.clear()
+    items.clear()

@@ -105,6 +105,7 @@ class Proxy:
         self._closed = True
         if self._started:
             await self.grpc.stop(self.settings.grace_ms / 1000)
+            await self.servicer.consumers.acks.close()  # acks still waiting for a call fail
         await self._tasks.close()
         await self.transactions.close()
         await self.producer.close()
