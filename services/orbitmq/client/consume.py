@@ -69,7 +69,8 @@ def _call_each(
         if stopped() or (outcomes and started > budget_end):
             break
         try:
-            status = _status(listener(batch))
+            result = listener(batch)
+            status = ConsumeStatus.CONSUME_SUCCESS if result is None else _status(result)
         except Exception:
             log.exception("listener failed on %d message(s); they will be retried", len(batch))
             status = ConsumeStatus.RECONSUME_LATER
@@ -89,9 +90,10 @@ class ConcurrentConsumer:
     message, since running quick calls side by side gains nothing. Slower listeners get a
     request per call and a worker only a fair share of those waiting, so listeners waiting on
     I/O keep running in parallel; a share that runs past :data:`SHARE_BUDGET_S` hands its
-    remaining calls back to the queue (one request a call once the listener is slow). Each call still gets ``consume_batch`` messages
-    and its own result. A request not started when the consumer closes is skipped: its
-    messages stay uncommitted and go to whoever consumes the queue next.
+    remaining calls back to the queue (one request a call once the listener is slow). Each
+    call still gets ``consume_batch`` messages and its own result. A request not started when
+    the consumer closes is skipped: its messages stay uncommitted and go to whoever consumes
+    the queue next.
     """
 
     def __init__(self, consumer: PushConsumer, listener: Listener, pool: ThreadPoolExecutor) -> None:
@@ -173,21 +175,28 @@ class ConcurrentConsumer:
         done: dict[MessageQueue, tuple[ProcessQueue[StoredMessage], list[StoredMessage]]] = {}
         metrics = consumer.metrics
         at = 0
+        observe = metrics.latency.observe
+        success = ConsumeStatus.CONSUME_SUCCESS
         for mq, pq, batches in live:
             ran = outcomes[at : at + len(batches)]
             at += len(ran)
             if len(ran) < len(batches):  # stopped mid-share
                 self._not_run(mq, pq, batches[len(ran) :])
             settled = done.setdefault(mq, (pq, []))[1]
+            succeeded = len(settled)
             for batch, (status, seconds) in zip(batches, ran, strict=False):
-                if status is ConsumeStatus.CONSUME_SUCCESS:
-                    metrics.consumed(mq.topic, status, seconds, len(batch))
+                if status is success:
+                    observe(seconds)
                     settled.extend(batch)
-                elif isinstance(status, MessageVerdicts):
+                    continue
+                metrics.count(mq.topic, success, len(settled) - succeeded)
+                if isinstance(status, MessageVerdicts):
                     settled.extend(await self._settle_each(mq, pq, batch, status, seconds))
                 else:
                     metrics.consumed(mq.topic, status, seconds, len(batch))
                     settled.extend(await self._failed(mq, pq, batch))
+                succeeded = len(settled)
+            metrics.count(mq.topic, success, len(settled) - succeeded)
         for mq, (pq, messages) in done.items():
             if pq.dropped or not messages:
                 continue
@@ -273,7 +282,8 @@ class ConcurrentConsumer:
             if consumer.suspended or consumer.closing or (results and started > budget_end):
                 break
             try:
-                status = _status(await self._listener(batch))
+                result = await self._listener(batch)
+                status = result if result is ConsumeStatus.CONSUME_SUCCESS else _status(result)
             except Exception:
                 log.exception("listener failed on %d message(s); they will be retried", len(batch))
                 status = ConsumeStatus.RECONSUME_LATER

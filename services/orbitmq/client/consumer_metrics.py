@@ -53,7 +53,7 @@ class ConsumerMetrics:
             ["group", "topic", "broker", "queue"],
             registry=self.registry,
         )
-        self._results: dict[tuple[str, str], int] = {}
+        self._results: dict[tuple[str, ConsumeStatus | OrderlyStatus], int] = {}
         """Messages by (topic, listener result): plain ints, exported by a collector, because a
         Counter's lock per message costs more than the rest of the bookkeeping."""
         self.latency = LatencyTally(Histogram.DEFAULT_BUCKETS[:-1])
@@ -72,9 +72,14 @@ class ConsumerMetrics:
         self, topic: str, status: ConsumeStatus | OrderlyStatus, seconds: float, messages: int = 1
     ) -> None:
         """One listener call: its messages counted by result, its run time observed."""
-        key = (topic, status.value)
-        self._results[key] = self._results.get(key, 0) + messages
+        self.count(topic, status, messages)
         self.latency.observe(seconds)
+
+    def count(self, topic: str, status: ConsumeStatus | OrderlyStatus, messages: int) -> None:
+        """Messages counted by result, without a run time (a share's calls are observed one by
+        one, their messages counted at once)."""
+        key = (topic, status)  # not status.value: an enum property read costs more than the rest
+        self._results[key] = self._results.get(key, 0) + messages
 
     def rebalanced(self, topic: str, outcome: str, assigned: int) -> None:
         self.rebalances.labels(self._group, topic, self._client, outcome).inc()
@@ -88,7 +93,12 @@ def start_metrics_server(port: int, metrics: ConsumerMetrics, addr: str = "127.0
 
 
 class _ResultsCollector(Collector):
-    def __init__(self, group: str, results: dict[tuple[str, str], int], latency: LatencyTally) -> None:
+    def __init__(
+        self,
+        group: str,
+        results: dict[tuple[str, ConsumeStatus | OrderlyStatus], int],
+        latency: LatencyTally,
+    ) -> None:
         self._group = group
         self._results = results
         self._latency = latency
@@ -98,7 +108,7 @@ class _ResultsCollector(Collector):
             "orbitmq_consume_results", "Messages by listener result", labels=["group", "topic", "status"]
         )
         for (topic, status), count in list(self._results.items()):
-            family.add_metric([self._group, topic, status], count)
+            family.add_metric([self._group, topic, status.value], count)
         yield family
         tally = self._latency
         latency = HistogramMetricFamily(
