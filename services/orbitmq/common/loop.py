@@ -19,7 +19,7 @@ def run_on_fast_loop(main: Coroutine[Any, Any, T]) -> T:
     The sidecar hands every message through several futures and tasks, and on uvloop it
     delivered about 13 % more messages a second (``orbitmq bench sidecar``). The broker's event
     loop wakes several times for every gRPC call (each completion of gRPC's poller thread is one
-    wake-up); on uvloop a send cost the broker 8-14 % less CPU (unbatched sends at 1 and 8 in
+    wake-up); on uvloop a send cost the broker 6-13 % less CPU (unbatched sends at 1 and 8 in
     flight, a Producer's coalesced calls), pulls the same. A plain consumer gained nothing
     measurable and stays on the standard loop.
     """
