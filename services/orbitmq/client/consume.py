@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from orbitmq.client.consumer_types import ConsumeStatus, MessageModel, MessageVerdicts, OrderlyStatus
@@ -33,17 +32,19 @@ log = logging.getLogger(__name__)
 Listener = Callable[[list[StoredMessage]], Any]
 
 
-Request = tuple[MessageQueue, ProcessQueue[StoredMessage], list[list[StoredMessage]]]
-"""Listener calls' worth of messages of one queue, one list (``consume_batch`` messages) a call:
-a whole pull's while listener calls are quick, else one call's."""
+Request = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
+"""Messages of one queue for one or more listener calls of ``consume_batch`` each: a whole
+pull's while listener calls are quick, else one call's. Each call's list is made when the call
+is: a backlog then holds no Python object per message that the cyclic GC must track (lists
+waiting in the queue were most of what its full collections walked)."""
 MAX_GROUP = 32
 """Most requests one worker takes at once from a backlog."""
 QUICK_LISTENER_S = 0.000_2
 """Listener calls faster than this on average are settled in whole pulls and shares of a backlog."""
 SHARE_BUDGET_S = 0.05
-"""A share's listener calls stop after this long and hand what is left back to the queue, one
-request a call, so a listener that turns slow in the middle of a whole pull gets the other
-workers' help within this time."""
+"""A share's listener calls stop after this long and hand what is left back to the queue, so a
+listener that turns slow in the middle of a whole pull gets the other workers' help within
+this time."""
 
 
 Outcome = ConsumeStatus | MessageVerdicts
@@ -55,26 +56,39 @@ def _status(result: Any) -> Outcome:
     return ConsumeStatus.CONSUME_SUCCESS if result is None else ConsumeStatus.RECONSUME_LATER
 
 
+class Outcomes:
+    """The listener calls a share made, in order: each one's result and run time."""
+
+    __slots__ = ("seconds", "statuses")
+
+    def __init__(self) -> None:
+        self.statuses: list[Outcome] = []
+        self.seconds: list[float] = []
+
+
 def _call_each(
-    listener: Listener, batches: list[list[StoredMessage]], stopped: Callable[[], bool]
-) -> list[tuple[Outcome, float]]:
-    """Run the listener once per batch (on a pool thread) until ``stopped()`` or past the
-    share's budget; an exception fails only its batch. Returns the outcomes of the calls
-    made, in order."""
-    outcomes = []
+    listener: Listener, requests: list[list[StoredMessage]], size: int, stopped: Callable[[], bool]
+) -> Outcomes:
+    """Run the listener on each ``size`` messages of each request in turn (on a pool thread)
+    until ``stopped()`` or past the share's budget; an exception fails only its call."""
+    outcomes = Outcomes()
+    statuses, seconds = outcomes.statuses, outcomes.seconds
     clock = time.perf_counter
     budget_end = clock() + SHARE_BUDGET_S
-    for batch in batches:
-        started = clock()
-        if stopped() or (outcomes and started > budget_end):
-            break
-        try:
-            result = listener(batch)
-            status = ConsumeStatus.CONSUME_SUCCESS if result is None else _status(result)
-        except Exception:
-            log.exception("listener failed on %d message(s); they will be retried", len(batch))
-            status = ConsumeStatus.RECONSUME_LATER
-        outcomes.append((status, clock() - started))
+    for messages in requests:
+        for start in range(0, len(messages), size):
+            started = clock()
+            if stopped() or (statuses and started > budget_end):
+                return outcomes
+            batch = messages[start : start + size]
+            try:
+                result = listener(batch)
+                status = ConsumeStatus.CONSUME_SUCCESS if result is None else _status(result)
+            except Exception:
+                log.exception("listener failed on %d message(s); they will be retried", len(batch))
+                status = ConsumeStatus.RECONSUME_LATER
+            statuses.append(status)
+            seconds.append(clock() - started)
     return outcomes
 
 
@@ -100,17 +114,18 @@ class ConcurrentConsumer:
         self._consumer = consumer
         self._listener = listener
         self._pool = pool
+        self._size = consumer.settings.consume_batch
         self._requests: asyncio.Queue[Request] = asyncio.Queue()
         self._is_coroutine = inspect.iscoroutinefunction(listener)
         self._listener_seconds = QUICK_LISTENER_S
         """Moving average of a listener call's run time (starts at the threshold: spread)."""
         self._workers: list[asyncio.Task[None]] = []
         self._parked: dict[MessageQueue, list[list[StoredMessage]]] = {}
-        """Batches that reached a suspended consumer: handed over on resume."""
+        """Messages that reached a suspended consumer: handed over on resume."""
 
     def resume(self, mq: MessageQueue, pq: ProcessQueue[StoredMessage]) -> None:
-        for batch in self._parked.pop(mq, []):
-            self.dispatch(mq, pq, batch)
+        for messages in self._parked.pop(mq, []):
+            self.dispatch(mq, pq, messages)
 
     def dispatch(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], messages: list[StoredMessage]
@@ -120,23 +135,18 @@ class ConcurrentConsumer:
             self._workers = [
                 loop.create_task(self._work()) for _ in range(self._consumer.settings.consume_threads)
             ]
-        if not messages:
-            return
-        size = self._consumer.settings.consume_batch
-        if size == 1:
-            batches = [[message] for message in messages]
-        else:
-            batches = [messages[start : start + size] for start in range(0, len(messages), size)]
-        self._queue(mq, pq, batches)
+        if messages:
+            self._queue(mq, pq, messages)
 
     def _queue(
-        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batches: list[list[StoredMessage]]
+        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], messages: list[StoredMessage]
     ) -> None:
-        if self._listener_seconds < QUICK_LISTENER_S:
-            self._requests.put_nowait((mq, pq, batches))
+        size = self._size
+        if self._listener_seconds < QUICK_LISTENER_S or len(messages) <= size:
+            self._requests.put_nowait((mq, pq, messages))
         else:
-            for batch in batches:
-                self._requests.put_nowait((mq, pq, [batch]))
+            for start in range(0, len(messages), size):
+                self._requests.put_nowait((mq, pq, messages[start : start + size]))
 
     async def _work(self) -> None:
         workers = len(self._workers)
@@ -161,51 +171,54 @@ class ConcurrentConsumer:
         if consumer.closing:
             return
         if consumer.suspended:
-            for mq, _, batches in share:
-                self._parked.setdefault(mq, []).extend(batches)
+            for mq, _, messages in share:
+                self._parked.setdefault(mq, []).append(messages)
             return
         live = [request for request in share if not request[1].dropped]
-        for _, pq, batches in live:
-            pq.mark_consume_start(chain.from_iterable(batches))
-        outcomes = await self._run([batch for _, _, batches in live for batch in batches])
+        for _, pq, messages in live:
+            pq.mark_consume_start(messages)
+        outcomes = await self._run([messages for _, _, messages in live])
+        metrics, size = consumer.metrics, self._size
         average = self._listener_seconds
-        for _, seconds in outcomes:
+        for seconds in outcomes.seconds:
             average += (seconds - average) / 16
+            metrics.latency.observe(seconds)
         self._listener_seconds = average
         done: dict[MessageQueue, tuple[ProcessQueue[StoredMessage], list[StoredMessage]]] = {}
-        metrics = consumer.metrics
-        at = 0
-        observe = metrics.latency.observe
         success = ConsumeStatus.CONSUME_SUCCESS
-        for mq, pq, batches in live:
-            ran = outcomes[at : at + len(batches)]
+        at = 0
+        for mq, pq, messages in live:
+            calls = -(-len(messages) // size)
+            ran = outcomes.statuses[at : at + calls]
             at += len(ran)
-            if len(ran) < len(batches):  # stopped mid-share
-                self._not_run(mq, pq, batches[len(ran) :])
+            covered = min(len(ran) * size, len(messages))
+            if covered < len(messages):  # stopped mid-share
+                self._not_run(mq, pq, messages[covered:])
             settled = done.setdefault(mq, (pq, []))[1]
-            succeeded = len(settled)
-            for batch, (status, seconds) in zip(batches, ran, strict=False):
-                if status is success:
-                    observe(seconds)
-                    settled.extend(batch)
-                    continue
-                metrics.count(mq.topic, success, len(settled) - succeeded)
-                if isinstance(status, MessageVerdicts):
-                    settled.extend(await self._settle_each(mq, pq, batch, status, seconds))
-                else:
-                    metrics.consumed(mq.topic, status, seconds, len(batch))
-                    settled.extend(await self._failed(mq, pq, batch))
-                succeeded = len(settled)
-            metrics.count(mq.topic, success, len(settled) - succeeded)
-        for mq, (pq, messages) in done.items():
-            if pq.dropped or not messages:
+            if ran.count(success) == len(ran):
+                if covered:
+                    settled.extend(messages[:covered] if covered < len(messages) else messages)
+                    metrics.count(mq.topic, success, covered)
                 continue
-            offset = pq.remove(messages)
+            for call, status in enumerate(ran):
+                batch = messages[call * size : call * size + size]
+                if status is success:
+                    metrics.count(mq.topic, success, len(batch))
+                    settled.extend(batch)
+                elif isinstance(status, MessageVerdicts):
+                    settled.extend(await self._settle_each(mq, pq, batch, status))
+                else:
+                    metrics.count(mq.topic, status, len(batch))
+                    settled.extend(await self._failed(mq, pq, batch))
+        for mq, (pq, settled_messages) in done.items():
+            if pq.dropped or not settled_messages:
+                continue
+            offset = pq.remove(settled_messages)
             if offset >= 0:
                 consumer.offsets_update(mq, offset)
 
     def _not_run(
-        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batches: list[list[StoredMessage]]
+        self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], messages: list[StoredMessage]
     ) -> None:
         """Calls a share did not make: parked while the consumer is suspended, skipped once it
         closes, else queued again (the share ran past its budget): one request a call if the
@@ -213,9 +226,9 @@ class ConcurrentConsumer:
         if self._consumer.closing:
             return
         if self._consumer.suspended:
-            self._parked.setdefault(mq, []).extend(batches)
+            self._parked.setdefault(mq, []).append(messages)
             return
-        self._queue(mq, pq, batches)
+        self._queue(mq, pq, messages)
 
     async def _failed(
         self, mq: MessageQueue, pq: ProcessQueue[StoredMessage], batch: list[StoredMessage]
@@ -234,7 +247,6 @@ class ConcurrentConsumer:
         pq: ProcessQueue[StoredMessage],
         batch: list[StoredMessage],
         verdicts: MessageVerdicts,
-        seconds: float,
     ) -> list[StoredMessage]:
         """Per-message verdicts: consumed ones removed, failed ones sent back, unconsumed kept."""
         statuses = list(verdicts.statuses)
@@ -254,41 +266,46 @@ class ConcurrentConsumer:
         ]
         metrics = self._consumer.metrics
         if consumed:
-            metrics.consumed(mq.topic, ConsumeStatus.CONSUME_SUCCESS, seconds, len(consumed))
+            metrics.count(mq.topic, ConsumeStatus.CONSUME_SUCCESS, len(consumed))
         if failed:
-            metrics.consumed(mq.topic, ConsumeStatus.RECONSUME_LATER, seconds, len(failed))
+            metrics.count(mq.topic, ConsumeStatus.RECONSUME_LATER, len(failed))
             consumed += await self._failed(mq, pq, failed)
         return consumed
 
-    async def _run(self, batches: list[list[StoredMessage]]) -> list[tuple[Outcome, float]]:
+    async def _run(self, requests: list[list[StoredMessage]]) -> Outcomes:
         """Listener calls: coroutines on the loop one after another, functions in one pool job;
         both stop when the consumer suspends or closes, or past the share's budget."""
         consumer = self._consumer
+        size = self._size
         if not self._is_coroutine:
-            outcomes = await asyncio.get_running_loop().run_in_executor(
+            return await asyncio.get_running_loop().run_in_executor(
                 self._pool,
                 _call_each,
                 self._listener,
-                batches,
+                requests,
+                size,
                 lambda: consumer.suspended or consumer.closing,
             )
-            return outcomes
-        results = []
+        outcomes = Outcomes()
+        statuses, seconds = outcomes.statuses, outcomes.seconds
         clock = time.perf_counter
         budget_end = clock() + SHARE_BUDGET_S
-        for batch in batches:
-            started = clock()
-            # e.g. the listener itself suspended
-            if consumer.suspended or consumer.closing or (results and started > budget_end):
-                break
-            try:
-                result = await self._listener(batch)
-                status = result if result is ConsumeStatus.CONSUME_SUCCESS else _status(result)
-            except Exception:
-                log.exception("listener failed on %d message(s); they will be retried", len(batch))
-                status = ConsumeStatus.RECONSUME_LATER
-            results.append((status, clock() - started))
-        return results
+        for messages in requests:
+            for start in range(0, len(messages), size):
+                started = clock()
+                # e.g. the listener itself suspended
+                if consumer.suspended or consumer.closing or (statuses and started > budget_end):
+                    return outcomes
+                batch = messages[start : start + size]
+                try:
+                    result = await self._listener(batch)
+                    status = result if result is ConsumeStatus.CONSUME_SUCCESS else _status(result)
+                except Exception:
+                    log.exception("listener failed on %d message(s); they will be retried", len(batch))
+                    status = ConsumeStatus.RECONSUME_LATER
+                statuses.append(status)
+                seconds.append(clock() - started)
+        return outcomes
 
     async def wait_idle(self, timeout_s: float) -> None:
         """Let running listeners finish (bounded); requests not started are skipped (closing)."""
