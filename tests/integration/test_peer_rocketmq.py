@@ -61,7 +61,14 @@ def test_send_then_consume_through_rocketmq(built: Path, tmp_path: Path) -> None
         assert lines[:-1] == [TIMED_MARK]
         assert (consumed.workload, consumed.messages, consumed.errors) == ("consume", stored, 0)
         assert consumed.first_message_s is not None and consumed.first_message_s > 0
-        assert consumed.msg_per_s > 0
+        assert consumed.msg_per_s > 0 and consumed.extra["cpu_s"] > 0
+
+        # With a warm-up, the first messages drained are not timed (nor their CPU charged).
+        warm = Workload("consume", SENT, warmup=WARMUP)
+        lines, consumed = _drive(cluster, warm, topic, "smoke_consume_warm")
+        assert lines[:-1] == [TIMED_MARK]
+        assert (consumed.messages, consumed.errors) == (SENT, 0)
+        assert consumed.extra["cpu_s"] > 0
         broker_pid = cluster.broker_pid
         assert Path(f"/proc/{broker_pid}").exists()
     with pytest.raises(ProcessLookupError):

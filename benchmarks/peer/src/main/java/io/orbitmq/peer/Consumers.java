@@ -4,6 +4,7 @@ import java.nio.ByteBuffer;
 import java.time.Instant;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
@@ -36,13 +37,19 @@ final class Consumers {
     /** How long a latency run waits after its last send for the last message. */
     private static final long LAST_MESSAGE_NANOS = 10_000_000_000L;
 
+    /** Longest a consume run waits for the listener's mark to be printed (microseconds, normally). */
+    private static final long MARK_NANOS = 5_000_000_000L;
+
     private static final long POLL_MILLIS = 10;
 
     private Consumers() {}
 
     /**
      * Drains {@code --warmup + --messages} stored messages from the first offset; the rate is over
-     * the last {@code --messages} of them, from the first of those to the last.
+     * the last {@code --messages} of them, from the first of those to the last. The timed phase
+     * is marked just before the consumer's start without a warm-up (the contract's), and when the
+     * listener has seen the warm-up's last message with one, so that the CPU it reports and the
+     * broker's the orchestrator reads are both over the {@code --messages} timed.
      */
     static Result consume(Options options) throws Exception {
         long warmup = options.warmup();
@@ -51,6 +58,7 @@ final class Consumers {
         AtomicLong firstNanos = new AtomicLong();
         AtomicLong timedFromNanos = new AtomicLong();
         AtomicLong lastNanos = new AtomicLong();
+        AtomicReference<Timing> timing = new AtomicReference<>();
         DefaultMQPushConsumer consumer = newConsumer(options);
         consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
             for (int i = 0; i < messages.size(); i++) {
@@ -58,6 +66,9 @@ final class Consumers {
                 long now = System.nanoTime();
                 if (count == 1) {
                     firstNanos.set(now);
+                }
+                if (count == warmup) {
+                    timing.set(Timing.mark());
                 }
                 if (count == warmup + 1) {
                     timedFromNanos.set(now);
@@ -68,13 +79,21 @@ final class Consumers {
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
-        Timing timing = Timing.mark();
+        if (warmup == 0) {
+            timing.set(Timing.mark());
+        }
         long start = System.nanoTime();
         consumer.start();
-        double cpuSeconds;
+        Double cpuSeconds;
         try {
             awaitProgress(delivered::get, target, "consumed messages");
-            cpuSeconds = timing.cpuSeconds();
+            if (delivered.get() >= warmup) {
+                // The listener thread that saw the warm-up's last message may still be printing
+                // the mark while the others drained the rest: the result must come after it.
+                awaitUntil(() -> timing.get() != null, MARK_NANOS);
+            }
+            Timing marked = timing.get();
+            cpuSeconds = marked != null ? marked.cpuSeconds() : null;  // null: the warm-up stalled
         } finally {
             consumer.shutdown();
         }
@@ -86,7 +105,9 @@ final class Consumers {
         if (got > 0) {
             result.firstMessageS = (firstNanos.get() - start) / 1e9;
         }
-        result.extra.put("cpu_s", cpuSeconds);
+        if (cpuSeconds != null) {
+            result.extra.put("cpu_s", cpuSeconds);
+        }
         return result;
     }
 
