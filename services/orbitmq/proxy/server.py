@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["MessagingService"].full_name
 PRODUCER_GROUP = "%V2%proxy"
+SEND_CALLS_IN_FLIGHT = 1
+"""Broker calls per topic on their way at once from the proxy's producer (its coalescing, see
+:mod:`orbitmq.client.accumulator`; the library's default is 2). The official clients' sends
+reach the proxy one gRPC call each, spread out: with a second call allowed out, 4 000 official
+sends at 16 in flight went 1.97-2.46 messages a broker call (broker 165-228 us a message); with
+one, 2.27-4.36 (125-223 us), as with the proxy's own coalescer before (3.16-4.13)."""
 """The orbitmq producer group of non-transactional sends (v2 producers have no group)."""
 
 
@@ -53,6 +59,7 @@ class Proxy:
             self.channels.namesrv_addrs,
             send_timeout_ms=settings.send_timeout_ms,
             default_topic_queue_nums=settings.default_topic_queue_nums,
+            auto_batch_in_flight=SEND_CALLS_IN_FLIGHT,
         )
         self.metrics = ProxyMetrics(self.grpc.registry, self.clients)
         self.transactions = Transactions(settings, self.channels, self.clients, self.metrics.checks_forwarded)
