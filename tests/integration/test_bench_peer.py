@@ -89,6 +89,8 @@ def test_bench_peer_of_orbitmq_alone_prints_every_figure(tmp_path: Path) -> None
         "1",
         "--messages",
         "100",
+        "--warmup",
+        "50",
         "--systems",
         "orbitmq",
         "--work-dir",
@@ -119,7 +121,8 @@ def test_bench_peer_of_orbitmq_alone_prints_every_figure(tmp_path: Path) -> None
 def test_bench_peer_prints_every_figure_with_a_rocketmq_baseline(tmp_path: Path) -> None:
     """One round of both systems with tiny counts (~90 s once the peer is built): the harness
     works end to end, not what the figures are."""
-    command = ["bench", "peer", "--json", "--rounds", "1", "--messages", "100", "--heap-mb", "256"]
+    command = ["bench", "peer", "--json", "--rounds", "1", "--messages", "100", "--warmup", "50"]
+    command += ["--heap-mb", "256"]
     done = subprocess.run(
         [sys.executable, "-m", "orbitmq.cli.main", *command, "--work-dir", str(tmp_path)],
         capture_output=True,

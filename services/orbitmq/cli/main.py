@@ -215,14 +215,29 @@ def bench_v2(as_json: bool, messages: int, in_flight: int, work_dir: Path | None
     help="RocketMQ's JVM heap.",
 )
 @click.option(
+    "--warmup",
+    default=20_000,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    help="Untimed messages before each send, batch and consume run (RocketMQ's JIT needs ~20 000).",
+)
+@click.option(
     "--work-dir", type=click.Path(file_okay=False, path_type=Path), help="Where the clusters' stores go."
 )
 def bench_peer(
-    as_json: bool, rounds: int, messages: int, only: str, systems: str, heap_mb: int, work_dir: Path | None
+    as_json: bool,
+    rounds: int,
+    messages: int,
+    only: str,
+    systems: str,
+    heap_mb: int,
+    warmup: int,
+    work_dir: Path | None,
 ) -> None:
     """orbitmq against Apache RocketMQ 5.3.3 on this machine, through each one's public client."""
     from orbitmq.bench.figures import emit
     from orbitmq.bench.peer import REPORTED, SYSTEMS, run
+    from orbitmq.bench.peer_rocketmq import RocketMQPeerError
 
     picked = tuple(name.strip() for name in only.split(",") if name.strip())
     unknown = sorted(set(picked) - set(REPORTED))
@@ -239,15 +254,19 @@ def bench_peer(
         raise click.BadParameter(f"{systems!r}: one or both of {', '.join(SYSTEMS)}", param_hint="--systems")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    run(
-        lambda f: emit(f, as_json),
-        rounds=rounds,
-        messages=messages,
-        only=tuple(name for name in REPORTED if name in picked),
-        systems=chosen_systems,
-        heap_mb=heap_mb,
-        work_dir=work_dir,
-    )
+    try:
+        run(
+            lambda f: emit(f, as_json),
+            rounds=rounds,
+            messages=messages,
+            only=tuple(name for name in REPORTED if name in picked),
+            systems=chosen_systems,
+            heap_mb=heap_mb,
+            warmup=warmup,
+            work_dir=work_dir,
+        )
+    except RocketMQPeerError as error:  # no Java or Maven, a build or a start that failed
+        raise click.ClickException(str(error)) from None
 
 
 @bench.command("spark")
