@@ -13,6 +13,7 @@ import signal
 import sys
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.tasks import TaskSet
 from orbitmq.nameserver.routes import RouteTable
@@ -111,6 +112,7 @@ async def run(settings: NameServerSettings) -> None:
     """
     server = NameServer(settings)
     await server.start()
+    freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
