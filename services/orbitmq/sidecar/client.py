@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
@@ -18,42 +17,133 @@ from orbitmq.common.properties import check_user_properties
 from orbitmq.common.rpc import failure_of
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.topics import KEY_SEPARATOR, Property
+from orbitmq.store.record import StoredMessage, decode_all
 from orbitmq.v1 import common_pb2, sidecar_pb2, sidecar_pb2_grpc
 from orbitmq.v1.sidecar_pb2 import AckStatus
 
 DEFAULT_ADDRESS = "127.0.0.1:7001"
 
 
+class _Answers:
+    """Verdicts given and not yet sent: SUCCESS as numbers (``Acks.succeeded``), others as
+    ``Ack`` messages. An answer is an append, and a wake-up only when the sender waits."""
+
+    __slots__ = ("_wake", "others", "succeeded")
+
+    def __init__(self) -> None:
+        self.succeeded: list[int] = []
+        self.others: list[sidecar_pb2.Ack] = []
+        self._wake: asyncio.Future[None] | None = None
+
+    def _given(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def success(self, delivery_id: int) -> None:
+        self.succeeded.append(delivery_id)
+        if self._wake is not None:
+            self._given()
+
+    def other(self, delivery_id: int, status: int) -> None:
+        self.others.append(sidecar_pb2.Ack(delivery_id=str(delivery_id), status=status))
+        self._given()
+
+    async def take(self) -> sidecar_pb2.ConsumeRequest:
+        """Every answer given so far (at least one) as one request."""
+        while not (self.succeeded or self.others):
+            self._wake = asyncio.get_running_loop().create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+        request = sidecar_pb2.ConsumeRequest(
+            acks=sidecar_pb2.Acks(acks=self.others, succeeded=self.succeeded)
+        )
+        self.succeeded, self.others = [], []
+        return request
+
+
 class Delivery:
     """One message from the sidecar; answer it exactly once."""
 
-    def __init__(
-        self, proto: sidecar_pb2.Delivery, answers: asyncio.Queue[sidecar_pb2.ConsumeRequest]
-    ) -> None:
-        self.proto = proto
+    __slots__ = ("_answers", "_id", "_message", "answered")
+
+    def __init__(self, message: StoredMessage, delivery_id: int, answers: _Answers) -> None:
+        self._message = message
+        self._id = delivery_id
         self._answers = answers
         self.answered = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.proto, name)
+    @property
+    def delivery_id(self) -> str:
+        return str(self._id)
 
-    async def _answer(self, status: int) -> None:
+    @property
+    def topic(self) -> str:
+        return self._message.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self._message.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self._message.queue_offset
+
+    @property
+    def msg_id(self) -> str:
+        """The producer's unique key (RocketMQ's client message id), else the offset message id."""
+        return self._message.properties.get(Property.UNIQ_KEY) or self._message.msg_id
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._message.keys)
+
+    @property
+    def tags(self) -> str:
+        return self._message.tags or ""
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Every property of the message, system ones (``TAGS``, ``UNIQ_KEY``, ...) included."""
+        return dict(self._message.properties)
+
+    @property
+    def body(self) -> bytes:
+        return self._message.body
+
+    @property
+    def reconsume_times(self) -> int:
+        return self._message.reconsume_times
+
+    @property
+    def born_timestamp_ms(self) -> int:
+        return self._message.born_timestamp_ms
+
+    @property
+    def store_timestamp_ms(self) -> int:
+        return self._message.store_timestamp_ms
+
+    def _answer(self) -> None:
         if self.answered:
-            raise RuntimeError(f"delivery {self.proto.delivery_id} was already answered")
+            raise RuntimeError(f"delivery {self._id} was already answered")
         self.answered = True
-        self._answers.put_nowait(sidecar_pb2.Ack(delivery_id=self.proto.delivery_id, status=status))
 
     async def ack(self) -> None:
         """Consumed: the offset may move past it."""
-        await self._answer(AckStatus.SUCCESS)
+        self._answer()
+        self._answers.success(self._id)
 
     async def later(self) -> None:
         """Retry it later (concurrent mode: through the group's retry topic)."""
-        await self._answer(AckStatus.LATER)
+        self._answer()
+        self._answers.other(self._id, AckStatus.LATER)
 
     async def suspend(self) -> None:
         """Orderly mode: pause this queue a moment, then get the same message again."""
-        await self._answer(AckStatus.SUSPEND)
+        self._answer()
+        self._answers.other(self._id, AckStatus.SUSPEND)
 
 
 class SidecarClient:
@@ -72,25 +162,26 @@ class SidecarClient:
         await self._channel.close()
 
     async def deliveries(self, *, app_id: str = "", max_in_flight: int = 0) -> AsyncIterator[Delivery]:
-        """Deliveries until the stream ends; unanswered ones are redelivered after it does."""
-        answers: asyncio.Queue[sidecar_pb2.Ack] = asyncio.Queue()
+        """Deliveries until the stream ends; unanswered ones are redelivered after it does.
+
+        The stream carries the messages as commit-log records, decoded here in C a stream
+        message at a time, and SUCCESS verdicts as packed numbers."""
+        answers = _Answers()
         hello = sidecar_pb2.ConsumeRequest(
-            hello=sidecar_pb2.ConsumeHello(app_id=app_id, max_in_flight=max_in_flight)
+            hello=sidecar_pb2.ConsumeHello(app_id=app_id, max_in_flight=max_in_flight, records=True)
         )
 
         async def requests() -> AsyncIterator[sidecar_pb2.ConsumeRequest]:
             yield hello
             while True:  # answers given meanwhile travel together
-                acks = [await answers.get()]
-                while not answers.empty():
-                    acks.append(answers.get_nowait())
-                yield sidecar_pb2.ConsumeRequest(acks=sidecar_pb2.Acks(acks=acks))
+                yield await answers.take()
 
         call = self._stub.Consume(requests())
         try:
             async for batch in call:
-                for proto in batch.deliveries:
-                    yield Delivery(proto, answers)
+                first = batch.first_delivery_id
+                for index, message in enumerate(decode_all(batch.records, check_crc=False)):
+                    yield Delivery(message, first + index, answers)
         finally:
             call.cancel()
 

@@ -8,6 +8,10 @@ CPU). A stream that goes away puts its unanswered deliveries back at the front, 
 stream (or the next to connect) gets them — nothing is acknowledged on the broker until an
 application said SUCCESS.
 
+Delivery ids are numbers given at hand-out, so one stream message holds consecutive ids (an
+application asking for records gets them as a first id and a count), and a stream's holdings
+are keyed by plain ints.
+
 Memory stays bounded without a limit on waiting deliveries: they are messages the consumer
 already holds in its process queues, whose flow control stops pulling when they are full, so a
 slow or absent application only makes deliveries wait.
@@ -16,13 +20,21 @@ slow or absent application only makes deliveries wait.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from orbitmq.common.topics import Property
-from orbitmq.store.record import LazyProperties, StoredMessage
+from orbitmq.store.record import (
+    HEADER,
+    MESSAGE_MAGIC,
+    RECORD_FIXED_BYTES,
+    U16,
+    LazyProperties,
+    StoredMessage,
+    encode_host,
+    encode_properties,
+)
 from orbitmq.v1 import sidecar_pb2
 from orbitmq.v1.sidecar_pb2 import AckStatus
 
@@ -50,20 +62,25 @@ class _Batch:
             self.done.set_result(self.verdicts)
 
 
-@dataclass(eq=False, slots=True)
 class Pending:
-    delivery_id: str
-    message: StoredMessage
-    batch: _Batch
-    index: int
-    stream: AppStream | None = None
+    """One message of a listener call, waiting or handed out (``delivery_id`` 0 until then)."""
+
+    __slots__ = ("batch", "delivery_id", "index", "message")
+
+    def __init__(self, message: StoredMessage, batch: _Batch, index: int) -> None:
+        self.message = message
+        self.batch = batch
+        self.index = index
+        self.delivery_id = 0
 
 
 @dataclass(eq=False)
 class AppStream:
     app_id: str
     max_in_flight: int
-    holding: dict[str, Pending] = field(default_factory=dict)
+    records: bool = False
+    """The application asked for deliveries as commit-log records (:func:`to_records`)."""
+    holding: dict[int, Pending] = field(default_factory=dict)
     attached: bool = False
     wake: asyncio.Future[None] | None = None
     """Set while the stream's take waits; resolved when something it waits for changes."""
@@ -78,9 +95,9 @@ class DeliveryHub:
         self.max_in_flight = max_in_flight
         """Most deliveries handed out and unanswered at once, over all streams."""
         self._waiting: deque[Pending] = deque()
-        self._handed: dict[str, Pending] = {}
+        self._in_flight = 0
         self._streams: list[AppStream] = []
-        self._ids = itertools.count(1)
+        self._last_id = 0
         self.paused = False
         self.delivered = 0
         self.redelivered = 0
@@ -89,7 +106,7 @@ class DeliveryHub:
     @property
     def in_flight(self) -> int:
         """Deliveries handed to an application and not yet answered."""
-        return len(self._handed)
+        return self._in_flight
 
     @property
     def waiting(self) -> int:
@@ -101,10 +118,7 @@ class DeliveryHub:
         if not messages:
             return []
         batch = _Batch(len(messages), asyncio.get_running_loop().create_future())
-        ids = self._ids
-        self._waiting.extend(
-            Pending(str(next(ids)), message, batch, index) for index, message in enumerate(messages)
-        )
+        self._waiting.extend([Pending(message, batch, index) for index, message in enumerate(messages)])
         self._notify()
         try:
             return await batch.done
@@ -114,10 +128,10 @@ class DeliveryHub:
 
     def _withdraw(self, batch: _Batch) -> None:
         self._waiting = deque(p for p in self._waiting if p.batch is not batch)
-        for pending in [p for p in self._handed.values() if p.batch is batch]:
-            del self._handed[pending.delivery_id]
-            if pending.stream is not None:
-                pending.stream.holding.pop(pending.delivery_id, None)
+        for stream in self._streams:
+            for pending in [p for p in stream.holding.values() if p.batch is batch]:
+                del stream.holding[pending.delivery_id]
+                self._in_flight -= 1
 
     def _notify(self) -> None:
         for stream in self._streams:
@@ -135,12 +149,10 @@ class DeliveryHub:
         self._streams.remove(stream)
         if stream.wake is not None and not stream.wake.done():
             stream.wake.set_result(None)
-        orphans = sorted(stream.holding.values(), key=lambda p: int(p.delivery_id))
-        for pending in reversed(orphans):
-            self._handed.pop(pending.delivery_id, None)
-            pending.stream = None
-            self._waiting.appendleft(pending)
-            self.redelivered += 1
+        orphans = [stream.holding[i] for i in sorted(stream.holding)]
+        self._in_flight -= len(orphans)
+        self._waiting.extendleft(reversed(orphans))
+        self.redelivered += len(orphans)
         stream.holding.clear()
         self._notify()
 
@@ -149,12 +161,12 @@ class DeliveryHub:
             bool(self._waiting)
             and not self.paused
             and len(stream.holding) < stream.max_in_flight
-            and len(self._handed) < self.max_in_flight
+            and self._in_flight < self.max_in_flight
         )
 
     async def next_for(self, stream: AppStream, most: int = 1) -> list[Pending]:
         """The next deliveries for ``stream`` (at least one, at most ``most`` and its free room),
-        once it has room and the hub is not paused."""
+        once it has room and the hub is not paused; their ids are consecutive."""
         while stream.attached and not self._ready(stream):
             stream.wake = asyncio.get_running_loop().create_future()
             try:
@@ -166,37 +178,55 @@ class DeliveryHub:
         room = min(
             most,
             stream.max_in_flight - len(stream.holding),
-            self.max_in_flight - len(self._handed),
+            self.max_in_flight - self._in_flight,
             len(self._waiting),
         )
-        taken = [self._waiting.popleft() for _ in range(room)]
-        holding, handed = stream.holding, self._handed
-        for pending in taken:
-            pending.stream = stream
-            holding[pending.delivery_id] = pending
-            handed[pending.delivery_id] = pending
-        self.delivered += len(taken)
+        popleft = self._waiting.popleft
+        taken = [popleft() for _ in range(room)]
+        first = self._last_id + 1
+        self._last_id += room
+        holding = stream.holding
+        for delivery_id, pending in enumerate(taken, first):
+            pending.delivery_id = delivery_id
+            holding[delivery_id] = pending
+        self._in_flight += room
+        self.delivered += room
         return taken
 
-    async def ack(self, stream: AppStream, delivery_id: str, status: int) -> None:
+    async def ack(self, stream: AppStream, delivery_id: int, status: int) -> None:
         """An application's verdict; unknown ids (answered twice, or by the wrong stream) are ignored."""
         await self.ack_many(stream, ((delivery_id, status),))
 
-    async def ack_many(self, stream: AppStream, acks: Iterable[tuple[str, int]]) -> None:
-        holding, handed, counts = stream.holding, self._handed, self.acks
-        freed = False
+    async def ack_many(self, stream: AppStream, acks: Iterable[tuple[int, int]]) -> None:
+        holding, counts = stream.holding, self.acks
+        freed = 0
         for delivery_id, status in acks:
             pending = holding.pop(delivery_id, None)
             if pending is None:
                 continue
-            del handed[delivery_id]
             name = ACK_NAMES.get(status)
             if name is None:
                 name, status = "LATER", AckStatus.LATER
             counts[name] = counts.get(name, 0) + 1
             pending.batch.settle(pending.index, status)
-            freed = True
+            freed += 1
         if freed:
+            self._in_flight -= freed
+            self._notify()
+
+    async def ack_succeeded(self, stream: AppStream, delivery_ids: Iterable[int]) -> None:
+        """SUCCESS for each of ``delivery_ids`` (``Acks.succeeded``): :meth:`ack_many`'s work
+        without a verdict to check or a pair to build per message."""
+        pop = stream.holding.pop
+        freed = 0
+        for delivery_id in delivery_ids:
+            pending = pop(delivery_id, None)
+            if pending is not None:
+                pending.batch.settle(pending.index, AckStatus.SUCCESS)
+                freed += 1
+        if freed:
+            self.acks["SUCCESS"] = self.acks.get("SUCCESS", 0) + freed
+            self._in_flight -= freed
             self._notify()
 
     async def set_paused(self, paused: bool) -> None:
@@ -214,11 +244,11 @@ class DeliveryHub:
     def cancel_all(self) -> int:
         withdrawn = self.cancel_waiting()
         for stream in self._streams:
+            for pending in stream.holding.values():
+                pending.batch.settle(pending.index, None)
+                withdrawn += 1
             stream.holding.clear()
-        for pending in self._handed.values():
-            pending.batch.settle(pending.index, None)
-            withdrawn += 1
-        self._handed.clear()
+        self._in_flight = 0
         return withdrawn
 
 
@@ -233,7 +263,7 @@ def to_deliveries(taken: list[Pending]) -> sidecar_pb2.Deliveries:
         if isinstance(properties, LazyProperties):  # a dict fills the map without Python calls
             properties = properties.as_dict()
         add(
-            delivery_id=pending.delivery_id,
+            delivery_id=str(pending.delivery_id),
             topic=m.topic,
             queue_id=m.queue_id,
             queue_offset=m.queue_offset,
@@ -247,3 +277,46 @@ def to_deliveries(taken: list[Pending]) -> sidecar_pb2.Deliveries:
             store_timestamp_ms=m.store_timestamp_ms,
         )
     return out
+
+
+def to_records(taken: list[Pending]) -> sidecar_pb2.Deliveries:
+    """One stream message for ``taken`` as commit-log records (``ConsumeHello.records``).
+
+    Each message is encoded again from its decoded fields (the consumer keeps no record bytes,
+    and a retried message shows its original topic), with its properties as the record held
+    them: a struct pack and a join a message instead of a protobuf message of twelve fields."""
+    records = []
+    append, pack, u16 = records.append, HEADER.pack, U16.pack
+    for pending in taken:
+        m = pending.message
+        properties = m.properties
+        raw = (
+            properties._raw  # the record's own bytes, never parsed here
+            if type(properties) is LazyProperties
+            else encode_properties(dict(properties))
+        )
+        topic = m.topic.encode()
+        body = m.body
+        born_address, born_port = encode_host(m.born_host)
+        store_address, store_port = encode_host(m.store_host)
+        header = pack(
+            RECORD_FIXED_BYTES + len(topic) + len(raw) + len(body),
+            MESSAGE_MAGIC,
+            m.body_crc,
+            m.queue_id,
+            m.flag,
+            m.queue_offset,
+            m.physical_offset,
+            m.sys_flag,
+            m.born_timestamp_ms,
+            born_address,
+            born_port,
+            m.store_timestamp_ms,
+            store_address,
+            store_port,
+            m.reconsume_times,
+            m.prepared_transaction_offset,
+            len(body),
+        )
+        append(b"".join((header, body, u16(len(topic)), topic, u16(len(raw)), raw)))
+    return sidecar_pb2.Deliveries(records=records, first_delivery_id=taken[0].delivery_id)

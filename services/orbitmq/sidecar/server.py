@@ -36,7 +36,7 @@ from orbitmq.client.producer import Producer
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.topics import Property, split_keys
-from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_deliveries
+from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_deliveries, to_records
 from orbitmq.sidecar.settings import SidecarSettings
 from orbitmq.store.record import StoredMessage
 from orbitmq.v1 import broker_pb2, common_pb2, sidecar_pb2, sidecar_pb2_grpc
@@ -173,7 +173,9 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
                 ErrorReason.INVALID_ARGUMENT, f"max_in_flight must be >= 0, got {first.hello.max_in_flight}"
             )
         stream = AppStream(
-            first.hello.app_id or context.peer(), first.hello.max_in_flight or self.s.settings.max_in_flight
+            first.hello.app_id or context.peer(),
+            first.hello.max_in_flight or self.s.settings.max_in_flight,
+            first.hello.records,
         )
         await hub.attach(stream)
         log.info("application %s connected (max in flight %d)", stream.app_id, stream.max_in_flight)
@@ -181,9 +183,14 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
         async def read_acks() -> None:
             async for request in request_iterator:
                 if request.WhichOneof("kind") == "acks":
-                    await hub.ack_many(stream, ((a.delivery_id, a.status) for a in request.acks.acks))
+                    acks = request.acks
+                    if acks.succeeded:
+                        await hub.ack_succeeded(stream, acks.succeeded)
+                    if acks.acks:
+                        await hub.ack_many(stream, [(_number(a.delivery_id), a.status) for a in acks.acks])
 
         reader = asyncio.get_running_loop().create_task(read_acks())
+        deliveries = to_records if stream.records else to_deliveries
         taking: asyncio.Task[list[Pending]] | None = None
         try:
             while True:
@@ -191,7 +198,7 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
                 done, _ = await asyncio.wait({taking, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if taking not in done:
                     return  # the application is gone; what it held (even just taken) is re-queued
-                yield to_deliveries(taking.result())
+                yield deliveries(taking.result())
         finally:
             # gRPC cancels this handler when the application goes: stop taking before detaching,
             # or a waiting take would grab a re-queued delivery for a stream that is gone.
@@ -227,6 +234,11 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
         await self.s.hub.set_paused(False)
         self.s.consumer.resume()
         return sidecar_pb2.ResumeResponse()
+
+
+def _number(delivery_id: str) -> int:
+    """A delivery id as the hub keys it; 0 (no delivery's) for one that is not a number."""
+    return int(delivery_id) if delivery_id.isdecimal() else 0
 
 
 def message_of(wire: common_pb2.Message) -> Message:

@@ -29,24 +29,32 @@ class ConsumeRequest(_message.Message):
     def __init__(self, hello: _Optional[_Union[ConsumeHello, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
 
 class Acks(_message.Message):
-    __slots__ = ("acks",)
+    __slots__ = ("acks", "succeeded")
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[Ack]
-    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
+    succeeded: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ..., succeeded: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Deliveries(_message.Message):
-    __slots__ = ("deliveries",)
+    __slots__ = ("deliveries", "records", "first_delivery_id")
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
-    def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    first_delivery_id: int
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., records: _Optional[_Iterable[bytes]] = ..., first_delivery_id: _Optional[int] = ...) -> None: ...
 
 class ConsumeHello(_message.Message):
-    __slots__ = ("app_id", "max_in_flight")
+    __slots__ = ("app_id", "max_in_flight", "records")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     max_in_flight: int
-    def __init__(self, app_id: _Optional[str] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
+    records: bool
+    def __init__(self, app_id: _Optional[str] = ..., max_in_flight: _Optional[int] = ..., records: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("delivery_id", "status")

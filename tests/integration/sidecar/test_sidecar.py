@@ -270,6 +270,79 @@ async def test_unacknowledged_deliveries_of_a_disconnected_app_go_to_another(clu
         assert await sidecar.wait() == 0
 
 
+FIELDS = (
+    "topic", "queue_id", "queue_offset", "msg_id", "keys", "tags", "properties", "body",
+    "reconsume_times", "born_timestamp_ms", "store_timestamp_ms",
+)  # fmt: skip
+
+
+async def test_protobuf_and_record_deliveries_carry_the_same_message(cluster: Cluster) -> None:
+    """An application that does not ask for records (any language's client) gets `Delivery`
+    messages and answers with `Ack`s by string id; the thin client gets the same message as a
+    record, every field alike."""
+    sidecar = await start_sidecar(cluster, "Wire", "--subscribe", "Work", name="w")
+    try:
+        async with Producer("PG", cluster.address) as producer:
+            await producer.send(
+                Message("Work", b"rich", tags="TagA", keys=["k1", "k2"], properties={"color": "red"})
+            )
+            await producer.send(Message("Work", b"plain"))
+        held: dict[bytes, sidecar_pb2.Delivery] = {}
+        success = ("orbitmq_sidecar_acks_total", (("group", "Wire"), ("status", "SUCCESS")))
+        async with grpc.aio.insecure_channel(sidecar.address) as channel:
+            answers: asyncio.Queue[sidecar_pb2.ConsumeRequest] = asyncio.Queue()
+            answers.put_nowait(sidecar_pb2.ConsumeRequest(hello=sidecar_pb2.ConsumeHello(app_id="old")))
+
+            async def requests() -> AsyncIterator[sidecar_pb2.ConsumeRequest]:
+                while True:
+                    yield await answers.get()
+
+            call = sidecar_pb2_grpc.SidecarStub(channel).Consume(requests())
+            async for batch in call:
+                assert not batch.records, "records only for an application that asked for them"
+                held.update((d.body, d) for d in batch.deliveries)
+                if len(held) == 2:
+                    break
+            plain = sidecar_pb2.Ack(delivery_id=held[b"plain"].delivery_id, status=sidecar_pb2.SUCCESS)
+            answers.put_nowait(sidecar_pb2.ConsumeRequest(acks=sidecar_pb2.Acks(acks=[plain])))
+            await eventually(
+                lambda: scrape(sidecar.metrics).get(success) == 1, 10, lambda: "the Ack was never settled"
+            )
+            call.cancel()  # "rich" unanswered: redelivered to the next application
+        old = held[b"rich"]
+        assert (old.topic, old.tags, list(old.keys), old.properties["color"]) == (
+            "Work",
+            "TagA",
+            ["k1", "k2"],
+            "red",
+        )
+        expected = {f: getattr(old, f) for f in FIELDS} | {
+            "keys": list(old.keys),
+            "properties": dict(old.properties),
+        }
+        async with SidecarClient(sidecar.address) as client:
+            async for delivery in client.deliveries(app_id="new"):
+                assert {f: getattr(delivery, f) for f in FIELDS} == expected
+                assert delivery.delivery_id != old.delivery_id and delivery.delivery_id.isdecimal()
+                await delivery.ack()
+                with pytest.raises(RuntimeError, match="already answered"):
+                    await delivery.later()
+                break
+            await eventually(
+                lambda: scrape(sidecar.metrics)[("orbitmq_sidecar_in_flight", (("group", "Wire"),))] == 0,
+                10,
+                lambda: "the thin client's ack was never settled",
+            )
+        samples = await asyncio.to_thread(scrape, sidecar.metrics)
+        assert samples[success] == 2
+        assert (
+            samples[("orbitmq_sidecar_deliveries_total", (("group", "Wire"), ("kind", "redelivered")))] == 1
+        )
+    finally:
+        sidecar.signal(signal.SIGTERM)
+        assert await sidecar.wait() == 0
+
+
 async def test_send_through_the_sidecar_and_bad_settings(cluster: Cluster) -> None:
     sidecar = await start_sidecar(cluster, "Sender", "--subscribe", "Work", name="x")
     try:
