@@ -40,6 +40,8 @@ from orbitmq.v1.sidecar_pb2 import AckStatus
 
 ACK_NAMES = {AckStatus.SUCCESS: "SUCCESS", AckStatus.LATER: "LATER", AckStatus.SUSPEND: "SUSPEND"}
 """Verdicts an application may give; anything else (unset, unknown) counts as LATER."""
+SUCCESS: int = AckStatus.SUCCESS
+"""As a plain int: the enum wrapper's attribute lookup is a Python call."""
 
 Verdict = int | None
 """An :class:`AckStatus`, or None for a delivery withdrawn unanswered (the sidecar drained)."""
@@ -143,12 +145,17 @@ class DeliveryHub:
         stream.attached = True
         self._streams.append(stream)
 
-    async def detach(self, stream: AppStream) -> None:
-        """The stream is gone: what it held unanswered goes back to the front, in order."""
+    def end(self, stream: AppStream) -> None:
+        """The stream takes no more: a take waiting for it (or the next) raises
+        :class:`StreamDetached`. What it holds stays held until :meth:`detach`."""
         stream.attached = False
-        self._streams.remove(stream)
         if stream.wake is not None and not stream.wake.done():
             stream.wake.set_result(None)
+
+    async def detach(self, stream: AppStream) -> None:
+        """The stream is gone: what it held unanswered goes back to the front, in order."""
+        self.end(stream)
+        self._streams.remove(stream)
         orphans = [stream.holding[i] for i in sorted(stream.holding)]
         self._in_flight -= len(orphans)
         self._waiting.extendleft(reversed(orphans))
@@ -221,8 +228,12 @@ class DeliveryHub:
         freed = 0
         for delivery_id in delivery_ids:
             pending = pop(delivery_id, None)
-            if pending is not None:
-                pending.batch.settle(pending.index, AckStatus.SUCCESS)
+            if pending is not None:  # _Batch.settle, inline: this runs for every message
+                batch = pending.batch
+                batch.verdicts[pending.index] = SUCCESS
+                batch.remaining -= 1
+                if not batch.remaining and not batch.done.done():
+                    batch.done.set_result(batch.verdicts)
                 freed += 1
         if freed:
             self.acks["SUCCESS"] = self.acks.get("SUCCESS", 0) + freed

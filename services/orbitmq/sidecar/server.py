@@ -33,10 +33,11 @@ from orbitmq.client.consumer_types import (
 )
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
+from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.topics import Property, split_keys
-from orbitmq.sidecar.hub import AppStream, DeliveryHub, Pending, to_deliveries, to_records
+from orbitmq.sidecar.hub import SUCCESS, AppStream, DeliveryHub, StreamDetached, to_deliveries, to_records
 from orbitmq.sidecar.settings import SidecarSettings
 from orbitmq.store.record import StoredMessage
 from orbitmq.v1 import broker_pb2, common_pb2, sidecar_pb2, sidecar_pb2_grpc
@@ -114,7 +115,7 @@ class Sidecar:
     async def _listen(self, messages: list[StoredMessage]) -> ConsumeStatus | MessageVerdicts:
         """A batch at once; each message gets the application's own verdict."""
         verdicts = await self.hub.deliver(messages)
-        if verdicts.count(AckStatus.SUCCESS) == len(verdicts):
+        if verdicts.count(SUCCESS) == len(verdicts):
             return ConsumeStatus.CONSUME_SUCCESS
         return MessageVerdicts([_CONSUME_STATUS.get(v, ConsumeStatus.RECONSUME_LATER) for v in verdicts])
 
@@ -190,21 +191,19 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
                         await hub.ack_many(stream, [(_number(a.delivery_id), a.status) for a in acks.acks])
 
         reader = asyncio.get_running_loop().create_task(read_acks())
+        # The application closed its side (or sent what does not parse): a take waiting ends.
+        reader.add_done_callback(lambda _: hub.end(stream))
         deliveries = to_records if stream.records else to_deliveries
-        taking: asyncio.Task[list[Pending]] | None = None
         try:
             while True:
-                taking = asyncio.get_running_loop().create_task(hub.next_for(stream, BATCH))
-                done, _ = await asyncio.wait({taking, reader}, return_when=asyncio.FIRST_COMPLETED)
-                if taking not in done:
+                try:
+                    taken = await hub.next_for(stream, BATCH)
+                except StreamDetached:
                     return  # the application is gone; what it held (even just taken) is re-queued
-                yield deliveries(taking.result())
+                yield deliveries(taken)
         finally:
-            # gRPC cancels this handler when the application goes: stop taking before detaching,
-            # or a waiting take would grab a re-queued delivery for a stream that is gone.
+            # gRPC cancels this handler (and a take waiting in it) when the application goes.
             reader.cancel()
-            if taking is not None:
-                taking.cancel()
             await hub.detach(stream)
             log.info("application %s disconnected", stream.app_id)
 
@@ -316,6 +315,7 @@ async def run(settings: SidecarSettings) -> None:
     except (grpc.aio.AioRpcError, OSError, RpcFailure) as error:
         print(f"orbitmq sidecar: cannot start: {error}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+    freeze_startup_heap()  # GC passes walk only what consuming builds, as in the broker
     print(
         f"sidecar {settings.group} listening on {sidecar.address} metrics {sidecar.grpc.metrics_url}",
         flush=True,
