@@ -20,9 +20,11 @@ slow or absent application only makes deliveries wait.
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from orbitmq.common.topics import Property
 from orbitmq.store.record import (
@@ -290,14 +292,38 @@ def to_deliveries(taken: list[Pending]) -> sidecar_pb2.Deliveries:
     return out
 
 
+_HEADER_PACKED_HOSTS = struct.Struct("!iIIiiqqiq20sq20siqi")
+"""The record header (``record.HEADER``) with each host's address and port as one 20-byte field."""
+assert _HEADER_PACKED_HOSTS.size == HEADER.size
+
+
+_PORT = struct.Struct("!I")
+
+
+@lru_cache(maxsize=4096)
+def _packed_host(host: str) -> bytes:
+    """A record's host field: the 16-byte address and the port."""
+    address, port = encode_host(host)
+    return address + _PORT.pack(port)
+
+
+@lru_cache(maxsize=4096)
+def _topic_field(topic: str) -> bytes:
+    """A record's topic length and topic."""
+    raw = topic.encode()
+    return U16.pack(len(raw)) + raw
+
+
 def to_records(taken: list[Pending]) -> sidecar_pb2.Deliveries:
     """One stream message for ``taken`` as commit-log records (``ConsumeHello.records``).
 
     Each message is encoded again from its decoded fields (the consumer keeps no record bytes,
     and a retried message shows its original topic), with its properties as the record held
-    them: a struct pack and a join a message instead of a protobuf message of twelve fields."""
+    them: a struct pack and a join a message instead of a protobuf message of twelve fields.
+    Topic and hosts, the same for most messages, are encoded once a call."""
     records = []
-    append, pack, u16 = records.append, HEADER.pack, U16.pack
+    append, pack, u16 = records.append, _HEADER_PACKED_HOSTS.pack, U16.pack
+    topic = born = stored = None
     for pending in taken:
         m = pending.message
         properties = m.properties
@@ -306,12 +332,18 @@ def to_records(taken: list[Pending]) -> sidecar_pb2.Deliveries:
             if type(properties) is LazyProperties
             else encode_properties(dict(properties))
         )
-        topic = m.topic.encode()
+        if m.topic is not topic:
+            topic = m.topic
+            topic_field = _topic_field(topic)
+        if m.born_host is not born:
+            born = m.born_host
+            born_field = _packed_host(born)
+        if m.store_host is not stored:
+            stored = m.store_host
+            store_field = _packed_host(stored)
         body = m.body
-        born_address, born_port = encode_host(m.born_host)
-        store_address, store_port = encode_host(m.store_host)
         header = pack(
-            RECORD_FIXED_BYTES + len(topic) + len(raw) + len(body),
+            RECORD_FIXED_BYTES - 2 + len(topic_field) + len(raw) + len(body),
             MESSAGE_MAGIC,
             m.body_crc,
             m.queue_id,
@@ -320,14 +352,12 @@ def to_records(taken: list[Pending]) -> sidecar_pb2.Deliveries:
             m.physical_offset,
             m.sys_flag,
             m.born_timestamp_ms,
-            born_address,
-            born_port,
+            born_field,
             m.store_timestamp_ms,
-            store_address,
-            store_port,
+            store_field,
             m.reconsume_times,
             m.prepared_transaction_offset,
             len(body),
         )
-        append(b"".join((header, body, u16(len(topic)), topic, u16(len(raw)), raw)))
+        append(b"".join((header, body, topic_field, u16(len(raw)), raw)))
     return sidecar_pb2.Deliveries(records=records, first_delivery_id=taken[0].delivery_id)

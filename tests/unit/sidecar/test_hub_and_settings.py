@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from pydantic import ValidationError
 
-from orbitmq.sidecar.hub import AppStream, DeliveryHub, StreamDetached
+from orbitmq.sidecar.hub import AppStream, DeliveryHub, StreamDetached, to_records
 from orbitmq.sidecar.settings import SidecarSettings, SubscriptionSpec
+from orbitmq.store.record import InboundMessage, StoredMessage, decode_all, encode, encode_host
 from orbitmq.v1.sidecar_pb2 import AckStatus
 
 
@@ -98,3 +99,48 @@ async def test_a_batch_gets_each_messages_own_verdict_and_none_when_withdrawn() 
     assert hub.cancel_all() == 1  # the drain withdraws the fourth, never handed out
     assert await batch == [AckStatus.SUCCESS, AckStatus.LATER, AckStatus.SUCCESS, None]
     assert hub.acks == {"SUCCESS": 2, "LATER": 1} and hub.in_flight == 0
+
+
+def _stored(i: int, properties: bytes, born: str, topic: str = "Orders") -> StoredMessage:
+    message = InboundMessage(topic, b"body %d" % i, i % 4, flag=i, born_timestamp_ms=1_700_000_000_000 + i)
+    message.born_host = born
+    message.reconsume_times = i
+    return decode_all(
+        [
+            encode(
+                message,
+                properties_raw=properties,
+                topic_raw=topic.encode(),
+                queue_offset=100 + i,
+                physical_offset=4096 * i,
+                store_timestamp_ms=1_700_000_000_500 + i,
+                store_host=encode_host("10.0.0.7:10911"),
+            )
+        ]
+    )[0]
+
+
+async def test_records_decode_to_the_messages_the_consumer_handed_over() -> None:
+    messages = [
+        _stored(0, b"UNIQ_KEY\x01AC1\x02TAGS\x01TagA\x02", "127.0.0.1:5001"),
+        _stored(1, b"", "[2001:db8::1]:6000"),
+        # a retried message: shown under its original topic, properties as a plain dict
+        replace(
+            _stored(2, b"RETRY_TOPIC\x01Orders\x02", "127.0.0.1:5001", "%RETRY%G"),
+            topic="Orders",
+            properties={"a": "b"},
+        ),
+    ]
+    hub = DeliveryHub()
+    verdicts = asyncio.create_task(hub.deliver(messages))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    stream = AppStream("app", 10, records=True)
+    await hub.attach(stream)
+    taken = await hub.next_for(stream, most=10)
+    wire = to_records(taken)
+    unsized = [replace(m, size=0) for m in decode_all(list(wire.records))]  # a record's own size
+    assert unsized == [replace(m, size=0) for m in messages]
+    assert dict(unsized[2].properties) == {"a": "b"} and unsized[2].topic == "Orders"
+    assert [wire.first_delivery_id + i for i in range(3)] == [p.delivery_id for p in taken]
+    await hub.ack_succeeded(stream, [p.delivery_id for p in taken] + [999])  # an unknown id is ignored
+    assert await verdicts == [AckStatus.SUCCESS] * 3 and hub.in_flight == 0 and hub.acks == {"SUCCESS": 3}
