@@ -61,7 +61,7 @@ def run_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostname: str) -> B
 
     monkeypatch.setattr(orbitmq.cli.broker.socket, "gethostname", lambda: hostname)
     monkeypatch.setattr(orbitmq.broker.server, "run", run)
-    monkeypatch.setattr(orbitmq.cli.broker, "serve", lambda what, main: asyncio.run(main))
+    monkeypatch.setattr(orbitmq.cli.broker, "serve", lambda what, main, *_loop: asyncio.run(main))
     result = CliRunner().invoke(broker_command, args)
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(config.read_text())["broker_role"] == "SYNC_MASTER"
