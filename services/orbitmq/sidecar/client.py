@@ -26,7 +26,9 @@ DEFAULT_ADDRESS = "127.0.0.1:7001"
 
 class _Answers:
     """Verdicts given and not yet sent: SUCCESS as numbers (``Acks.succeeded``), others as
-    ``Ack`` messages. An answer is an append, and a wake-up only when the sender waits."""
+    ``Ack`` messages. An answer is an append, and a wake-up only when the sender waits. A
+    delivery with a string id came from a sidecar that predates records (it sent a ``Delivery``)
+    and would not read ``succeeded``: its every verdict goes as an ``Ack``."""
 
     __slots__ = ("_wake", "others", "succeeded")
 
@@ -40,12 +42,15 @@ class _Answers:
         if wake is not None and not wake.done():
             wake.set_result(None)
 
-    def success(self, delivery_id: int) -> None:
+    def success(self, delivery_id: int | str) -> None:
+        if isinstance(delivery_id, str):
+            self.other(delivery_id, AckStatus.SUCCESS)
+            return
         self.succeeded.append(delivery_id)
         if self._wake is not None:
             self._given()
 
-    def other(self, delivery_id: int, status: int) -> None:
+    def other(self, delivery_id: int | str, status: int) -> None:
         self.others.append(sidecar_pb2.Ack(delivery_id=str(delivery_id), status=status))
         self._given()
 
@@ -69,7 +74,11 @@ class Delivery:
 
     __slots__ = ("_answers", "_id", "_message", "answered")
 
-    def __init__(self, message: StoredMessage, delivery_id: int, answers: _Answers) -> None:
+    def __init__(
+        self, message: StoredMessage | sidecar_pb2.Delivery, delivery_id: int | str, answers: _Answers
+    ) -> None:
+        """``message``: a decoded record, or the ``Delivery`` an older sidecar sent (it has the
+        same fields, its ``msg_id`` already the unique key's) with its own id, answered by ``Ack``."""
         self._message = message
         self._id = delivery_id
         self._answers = answers
@@ -182,6 +191,9 @@ class SidecarClient:
                 first = batch.first_delivery_id
                 for index, message in enumerate(decode_all(batch.records, check_crc=False)):
                     yield Delivery(message, first + index, answers)
+                # a sidecar from before records ignores the hello's ask and sends Delivery messages
+                for proto in batch.deliveries:
+                    yield Delivery(proto, proto.delivery_id, answers)
         finally:
             call.cancel()
 
