@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import grpc
 
 from orbitmq.common.properties import check_user_properties
-from orbitmq.common.rpc import failure_of
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.topics import KEY_SEPARATOR, Property
+from orbitmq.sidecar.sends import SidecarSends
 from orbitmq.store.record import StoredMessage, decode_all
 from orbitmq.v1 import common_pb2, sidecar_pb2, sidecar_pb2_grpc
 from orbitmq.v1.sidecar_pb2 import AckStatus
@@ -160,6 +160,8 @@ class SidecarClient:
         self.address = address
         self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
         self._stub = sidecar_pb2_grpc.SidecarStub(self._channel)
+        self.sends = SidecarSends(self._stub)
+        """This client's sends: :attr:`SidecarSends.calls` made for its :attr:`SidecarSends.messages`."""
 
     async def __aenter__(self) -> SidecarClient:
         return self
@@ -168,6 +170,7 @@ class SidecarClient:
         await self.close()
 
     async def close(self) -> None:
+        await self.sends.close()
         await self._channel.close()
 
     async def deliveries(self, *, app_id: str = "", max_in_flight: int = 0) -> AsyncIterator[Delivery]:
@@ -208,10 +211,12 @@ class SidecarClient:
         sharding_key: str | None = None,
         delay_level: int = 0,
     ) -> sidecar_pb2.SidecarSendResponse:
-        """Send through the sidecar's producer (which retries through a failover). A send that
-        failed for good raises :class:`~orbitmq.common.rpc.RpcFailure` with the reason and a
-        one-line message naming the topic and the broker. ``properties`` are user properties: a
-        system property's name (``TAGS``, ``UNIQ_KEY``, ...) raises
+        """Send through the sidecar's producer (which retries through a failover); sends made
+        while others are on their way travel together (:mod:`orbitmq.sidecar.sends`). A send
+        that failed for good raises :class:`~orbitmq.common.rpc.RpcFailure` with the reason and
+        a one-line message naming the topic and the broker (an unreachable sidecar: the gRPC
+        error). ``properties`` are user properties: a system property's name (``TAGS``,
+        ``UNIQ_KEY``, ...) raises
         :class:`~orbitmq.common.properties.SystemPropertyError` (a ``ValueError``) before
         anything is sent; tags, keys and the delay level have their own arguments."""
         props = dict(properties or {})
@@ -226,13 +231,7 @@ class SidecarClient:
             message=common_pb2.Message(topic=topic, body=body, properties=props),
             sharding_key=sharding_key or "",
         )
-        try:
-            return await self._stub.Send(request)
-        except grpc.aio.AioRpcError as error:
-            failure = failure_of(error)
-            if failure is None:  # the sidecar itself is unreachable: the gRPC error says so
-                raise
-            raise failure from None
+        return await self.sends.send(request)
 
     async def pause(self) -> None:
         await self._stub.Pause(sidecar_pb2.PauseRequest())

@@ -211,6 +211,19 @@ class _Servicer(sidecar_pb2_grpc.SidecarServicer):
         """The library producer's send (it rides out a failover); a send that fails for good
         reaches the application as one status whose reason and one-line message name the
         topic and the broker (``SendFailed``, mapped like any ``RpcFailure``)."""
+        return await self._send_one(request)
+
+    async def SendBatch(self, request, context):  # type: ignore[no-untyped-def]
+        async def one(send: sidecar_pb2.SidecarSendRequest) -> sidecar_pb2.SidecarSendOutcome:
+            try:
+                return sidecar_pb2.SidecarSendOutcome(result=await self._send_one(send))
+            except RpcFailure as failure:
+                return sidecar_pb2.SidecarSendOutcome(reason=failure.reason, error=failure.message)
+
+        outcomes = await asyncio.gather(*(one(send) for send in request.sends))
+        return sidecar_pb2.SidecarSendBatchResponse(outcomes=outcomes)
+
+    async def _send_one(self, request: sidecar_pb2.SidecarSendRequest) -> sidecar_pb2.SidecarSendResponse:
         try:
             message = message_of(request.message)
             result = await self.s.producer.send(message, sharding_key=request.sharding_key or None)

@@ -26,7 +26,7 @@ from orbitmq.v1 import broker_pb2 as orbitmq_dot_v1_dot_broker__pb2
 from orbitmq.v1 import common_pb2 as orbitmq_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orbitmq/v1/sidecar.proto\x12\norbitmq.v1\x1a\x17orbitmq/v1/broker.proto\x1a\x17orbitmq/v1/common.proto\"e\n\x0e\x43onsumeRequest\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x18.orbitmq.v1.ConsumeHelloH\x00\x12 \n\x04\x61\x63ks\x18\x02 \x01(\x0b\x32\x10.orbitmq.v1.AcksH\x00\x42\x06\n\x04kind\"8\n\x04\x41\x63ks\x12\x1d\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x0f.orbitmq.v1.Ack\x12\x11\n\tsucceeded\x18\x02 \x03(\x03\"b\n\nDeliveries\x12(\n\ndeliveries\x18\x01 \x03(\x0b\x32\x14.orbitmq.v1.Delivery\x12\x0f\n\x07records\x18\x02 \x03(\x0c\x12\x19\n\x11\x66irst_delivery_id\x18\x03 \x01(\x03\"F\n\x0c\x43onsumeHello\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x15\n\rmax_in_flight\x18\x02 \x01(\x05\x12\x0f\n\x07records\x18\x03 \x01(\x08\"A\n\x03\x41\x63k\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.orbitmq.v1.AckStatus\"\xd3\x02\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x05 \x01(\x03\x12\x0e\n\x06msg_id\x18\x06 \x01(\t\x12\x0c\n\x04keys\x18\x07 \x03(\t\x12\x0c\n\x04tags\x18\x08 \x01(\t\x12\x38\n\nproperties\x18\t \x03(\x0b\x32$.orbitmq.v1.Delivery.PropertiesEntry\x12\x0c\n\x04\x62ody\x18\n \x01(\x0c\x12\x17\n\x0freconsume_times\x18\x0b \x01(\x05\x12\x19\n\x11\x62orn_timestamp_ms\x18\x0c \x01(\x03\x12\x1a\n\x12store_timestamp_ms\x18\r \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01J\x04\x08\x03\x10\x04\"P\n\x12SidecarSendRequest\x12$\n\x07message\x18\x01 \x01(\x0b\x32\x13.orbitmq.v1.Message\x12\x14\n\x0csharding_key\x18\x02 \x01(\t\"\x8a\x01\n\x13SidecarSendResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.orbitmq.v1.SendStatus\x12\x0e\n\x06msg_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x05 \x01(\x03\"\x0e\n\x0cPauseRequest\"\x0f\n\rPauseResponse\"\x0f\n\rResumeRequest\"\x10\n\x0eResumeResponse*L\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07SUCCESS\x10\x01\x12\t\n\x05LATER\x10\x02\x12\x0b\n\x07SUSPEND\x10\x03\x32\x94\x02\n\x07Sidecar\x12\x41\n\x07\x43onsume\x12\x1a.orbitmq.v1.ConsumeRequest\x1a\x16.orbitmq.v1.Deliveries(\x01\x30\x01\x12G\n\x04Send\x12\x1e.orbitmq.v1.SidecarSendRequest\x1a\x1f.orbitmq.v1.SidecarSendResponse\x12<\n\x05Pause\x12\x18.orbitmq.v1.PauseRequest\x1a\x19.orbitmq.v1.PauseResponse\x12?\n\x06Resume\x12\x19.orbitmq.v1.ResumeRequest\x1a\x1a.orbitmq.v1.ResumeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orbitmq/v1/sidecar.proto\x12\norbitmq.v1\x1a\x17orbitmq/v1/broker.proto\x1a\x17orbitmq/v1/common.proto\"e\n\x0e\x43onsumeRequest\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x18.orbitmq.v1.ConsumeHelloH\x00\x12 \n\x04\x61\x63ks\x18\x02 \x01(\x0b\x32\x10.orbitmq.v1.AcksH\x00\x42\x06\n\x04kind\"8\n\x04\x41\x63ks\x12\x1d\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x0f.orbitmq.v1.Ack\x12\x11\n\tsucceeded\x18\x02 \x03(\x03\"b\n\nDeliveries\x12(\n\ndeliveries\x18\x01 \x03(\x0b\x32\x14.orbitmq.v1.Delivery\x12\x0f\n\x07records\x18\x02 \x03(\x0c\x12\x19\n\x11\x66irst_delivery_id\x18\x03 \x01(\x03\"F\n\x0c\x43onsumeHello\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x15\n\rmax_in_flight\x18\x02 \x01(\x05\x12\x0f\n\x07records\x18\x03 \x01(\x08\"A\n\x03\x41\x63k\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.orbitmq.v1.AckStatus\"\xd3\x02\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x05 \x01(\x03\x12\x0e\n\x06msg_id\x18\x06 \x01(\t\x12\x0c\n\x04keys\x18\x07 \x03(\t\x12\x0c\n\x04tags\x18\x08 \x01(\t\x12\x38\n\nproperties\x18\t \x03(\x0b\x32$.orbitmq.v1.Delivery.PropertiesEntry\x12\x0c\n\x04\x62ody\x18\n \x01(\x0c\x12\x17\n\x0freconsume_times\x18\x0b \x01(\x05\x12\x19\n\x11\x62orn_timestamp_ms\x18\x0c \x01(\x03\x12\x1a\n\x12store_timestamp_ms\x18\r \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01J\x04\x08\x03\x10\x04\"P\n\x12SidecarSendRequest\x12$\n\x07message\x18\x01 \x01(\x0b\x32\x13.orbitmq.v1.Message\x12\x14\n\x0csharding_key\x18\x02 \x01(\t\"\x8a\x01\n\x13SidecarSendResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.orbitmq.v1.SendStatus\x12\x0e\n\x06msg_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x05 \x01(\x03\"H\n\x17SidecarSendBatchRequest\x12-\n\x05sends\x18\x01 \x03(\x0b\x32\x1e.orbitmq.v1.SidecarSendRequest\"d\n\x12SidecarSendOutcome\x12/\n\x06result\x18\x01 \x01(\x0b\x32\x1f.orbitmq.v1.SidecarSendResponse\x12\x0e\n\x06reason\x18\x02 \x01(\x05\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"L\n\x18SidecarSendBatchResponse\x12\x30\n\x08outcomes\x18\x01 \x03(\x0b\x32\x1e.orbitmq.v1.SidecarSendOutcome\"\x0e\n\x0cPauseRequest\"\x0f\n\rPauseResponse\"\x0f\n\rResumeRequest\"\x10\n\x0eResumeResponse*L\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07SUCCESS\x10\x01\x12\t\n\x05LATER\x10\x02\x12\x0b\n\x07SUSPEND\x10\x03\x32\xec\x02\n\x07Sidecar\x12\x41\n\x07\x43onsume\x12\x1a.orbitmq.v1.ConsumeRequest\x1a\x16.orbitmq.v1.Deliveries(\x01\x30\x01\x12G\n\x04Send\x12\x1e.orbitmq.v1.SidecarSendRequest\x1a\x1f.orbitmq.v1.SidecarSendResponse\x12V\n\tSendBatch\x12#.orbitmq.v1.SidecarSendBatchRequest\x1a$.orbitmq.v1.SidecarSendBatchResponse\x12<\n\x05Pause\x12\x18.orbitmq.v1.PauseRequest\x1a\x19.orbitmq.v1.PauseResponse\x12?\n\x06Resume\x12\x19.orbitmq.v1.ResumeRequest\x1a\x1a.orbitmq.v1.ResumeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVERY_PROPERTIESENTRY']._loaded_options = None
   _globals['_DELIVERY_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_ACKSTATUS']._serialized_start=1123
-  _globals['_ACKSTATUS']._serialized_end=1199
+  _globals['_ACKSTATUS']._serialized_start=1377
+  _globals['_ACKSTATUS']._serialized_end=1453
   _globals['_CONSUMEREQUEST']._serialized_start=90
   _globals['_CONSUMEREQUEST']._serialized_end=191
   _globals['_ACKS']._serialized_start=193
@@ -55,14 +55,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIDECARSENDREQUEST']._serialized_end=912
   _globals['_SIDECARSENDRESPONSE']._serialized_start=915
   _globals['_SIDECARSENDRESPONSE']._serialized_end=1053
-  _globals['_PAUSEREQUEST']._serialized_start=1055
-  _globals['_PAUSEREQUEST']._serialized_end=1069
-  _globals['_PAUSERESPONSE']._serialized_start=1071
-  _globals['_PAUSERESPONSE']._serialized_end=1086
-  _globals['_RESUMEREQUEST']._serialized_start=1088
-  _globals['_RESUMEREQUEST']._serialized_end=1103
-  _globals['_RESUMERESPONSE']._serialized_start=1105
-  _globals['_RESUMERESPONSE']._serialized_end=1121
-  _globals['_SIDECAR']._serialized_start=1202
-  _globals['_SIDECAR']._serialized_end=1478
+  _globals['_SIDECARSENDBATCHREQUEST']._serialized_start=1055
+  _globals['_SIDECARSENDBATCHREQUEST']._serialized_end=1127
+  _globals['_SIDECARSENDOUTCOME']._serialized_start=1129
+  _globals['_SIDECARSENDOUTCOME']._serialized_end=1229
+  _globals['_SIDECARSENDBATCHRESPONSE']._serialized_start=1231
+  _globals['_SIDECARSENDBATCHRESPONSE']._serialized_end=1307
+  _globals['_PAUSEREQUEST']._serialized_start=1309
+  _globals['_PAUSEREQUEST']._serialized_end=1323
+  _globals['_PAUSERESPONSE']._serialized_start=1325
+  _globals['_PAUSERESPONSE']._serialized_end=1340
+  _globals['_RESUMEREQUEST']._serialized_start=1342
+  _globals['_RESUMEREQUEST']._serialized_end=1357
+  _globals['_RESUMERESPONSE']._serialized_start=1359
+  _globals['_RESUMERESPONSE']._serialized_end=1375
+  _globals['_SIDECAR']._serialized_start=1456
+  _globals['_SIDECAR']._serialized_end=1820
 # @@protoc_insertion_point(module_scope)

@@ -121,6 +121,28 @@ class SidecarSendResponse(_message.Message):
     queue_offset: int
     def __init__(self, status: _Optional[_Union[_broker_pb2.SendStatus, str]] = ..., msg_id: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
 
+class SidecarSendBatchRequest(_message.Message):
+    __slots__ = ("sends",)
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    sends: _containers.RepeatedCompositeFieldContainer[SidecarSendRequest]
+    def __init__(self, sends: _Optional[_Iterable[_Union[SidecarSendRequest, _Mapping]]] = ...) -> None: ...
+
+class SidecarSendOutcome(_message.Message):
+    __slots__ = ("result", "reason", "error")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    result: SidecarSendResponse
+    reason: int
+    error: str
+    def __init__(self, result: _Optional[_Union[SidecarSendResponse, _Mapping]] = ..., reason: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SidecarSendBatchResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[SidecarSendOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[SidecarSendOutcome, _Mapping]]] = ...) -> None: ...
+
 class PauseRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

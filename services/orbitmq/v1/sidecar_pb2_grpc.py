@@ -44,6 +44,11 @@ class SidecarStub:
                 request_serializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendRequest.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendResponse.FromString,
                 _registered_method=True)
+        self.SendBatch = channel.unary_unary(
+                '/orbitmq.v1.Sidecar/SendBatch',
+                request_serializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendBatchRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendBatchResponse.FromString,
+                _registered_method=True)
         self.Pause = channel.unary_unary(
                 '/orbitmq.v1.Sidecar/Pause',
                 request_serializer=orbitmq_dot_v1_dot_sidecar__pb2.PauseRequest.SerializeToString,
@@ -67,6 +72,14 @@ class SidecarServicer:
 
     def Send(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendBatch(self, request, context):
+        """Several sends in one call (the thin client's sends made while others are on their way):
+        each is sent as if it came alone and gets its own outcome, in order.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -96,6 +109,11 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendRequest.FromString,
                     response_serializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendResponse.SerializeToString,
+            ),
+            'SendBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendBatch,
+                    request_deserializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendBatchRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendBatchResponse.SerializeToString,
             ),
             'Pause': grpc.unary_unary_rpc_method_handler(
                     servicer.Pause,
@@ -162,6 +180,33 @@ class Sidecar:
             '/orbitmq.v1.Sidecar/Send',
             orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendRequest.SerializeToString,
             orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Sidecar/SendBatch',
+            orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendBatchRequest.SerializeToString,
+            orbitmq_dot_v1_dot_sidecar__pb2.SidecarSendBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

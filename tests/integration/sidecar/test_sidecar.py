@@ -22,7 +22,7 @@ from clusterkit import Cluster, eventually, scrape, start_cluster
 
 from orbitmq.client import Admin, Message, Producer
 from orbitmq.common.properties import SystemPropertyError
-from orbitmq.common.rpc import failure_of
+from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.sidecar.client import SidecarClient
 from orbitmq.v1 import common_pb2, sidecar_pb2, sidecar_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
@@ -394,6 +394,36 @@ async def test_send_through_the_sidecar_and_bad_settings(cluster: Cluster) -> No
         env={**os.environ},
     )
     assert bad.returncode != 0 and "invalid SQL92 expression 'a >'" in bad.stderr
+
+
+async def test_concurrent_sends_travel_together_each_with_its_own_result(cluster: Cluster) -> None:
+    """Sends made while others are on their way go to the sidecar as SendBatch calls: each
+    gets its own result (its message's id and stored offset), and a message the sidecar
+    refuses fails alone, with its reason."""
+    sidecar = await start_sidecar(cluster, "Sender", "--subscribe", "Work", name="batch")
+    try:
+        async with SidecarClient(sidecar.address) as client:
+            await client.send("Work", b"warm-up")
+            before = client.sends.calls
+            outcomes = await asyncio.gather(
+                *(client.send("Work", f"m{i}".encode(), keys=[f"k{i}"]) for i in range(100)),
+                client.send("Bad Topic!", b"refused"),
+                return_exceptions=True,
+            )
+            calls = client.sends.calls - before
+        assert calls < 50, f"{calls} calls for 101 concurrent sends"
+        *results, refused = outcomes
+        assert isinstance(refused, RpcFailure) and "Bad Topic!" in refused.message, refused
+        assert all(isinstance(r, sidecar_pb2.SidecarSendResponse) for r in results), results
+        assert len({r.msg_id for r in results}) == 100  # type: ignore[union-attr]
+        async with Admin(cluster.address) as admin:
+            for i in (0, 37, 99):
+                stored = await admin.message_by_id(results[i].msg_id, "Work")  # type: ignore[union-attr]
+                assert stored.body == f"m{i}".encode() and stored.keys == (f"k{i}",)
+                assert stored.queue_offset == results[i].queue_offset  # type: ignore[union-attr]
+    finally:
+        sidecar.signal(signal.SIGTERM)
+        await sidecar.wait()
 
 
 async def test_a_send_that_fails_for_good_is_one_clear_status(cluster: Cluster) -> None:
