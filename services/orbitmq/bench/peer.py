@@ -441,34 +441,18 @@ def figures(results: dict[str, list[Round]], chosen: list[Plan], heap_mb: int) -
                     )
                 )
     heap = f"RocketMQ 5.3.3 broker, -Xmx{heap_mb}m"
-    out.append(
-        _figure(
-            "broker_rss_mb",
-            "MB",
-            [r.rss_mb for r in ours],
-            [r.rss_mb for r in theirs],
-            f"{heap} (VmRSS after each run, the round's largest)",
-            "<= 150",
-        )
-    )
-    out.append(
-        _figure(
+    memory = (
+        ("broker_rss_mb", "rss_mb", "VmRSS after each run, the round's largest", "<= 150"),
+        (
             "broker_private_mb",
-            "MB",
-            [r.private_mb for r in ours],
-            [r.private_mb for r in theirs],
-            f"{heap} (RssAnon after each run, the round's largest: without the mapped store's pages)",
+            "private_mb",
+            "RssAnon after each run, the round's largest: without the mapped store's pages",
             "",
-        )
+        ),
+        ("broker_peak_rss_mb", "peak_rss_mb", "VmHWM at the end of a round", ""),
     )
-    out.append(
-        _figure(
-            "broker_peak_rss_mb",
-            "MB",
-            [r.peak_rss_mb for r in ours],
-            [r.peak_rss_mb for r in theirs],
-            f"{heap} (VmHWM at the end of a round)",
-            "",
-        )
-    )
+    for name, attribute, what, target in memory:
+        ours_mb = [getattr(r, attribute) for r in ours]
+        theirs_mb = [getattr(r, attribute) for r in theirs]
+        out.append(_figure(name, "MB", ours_mb, theirs_mb, f"{heap} ({what})", target))
     return [f for f in out if f is not None]
