@@ -24,6 +24,10 @@ from orbitmq.common.errors import OrbitError
 
 pytestmark = pytest.mark.timeout(300)
 ROUNDS = 5
+SENDERS = 4
+"""Concurrent senders sharing one producer, so sends also travel coalesced (several callers'
+messages in one broker call, each acknowledged on its own): a coalesced SEND_OK must be as
+durable as a lone one."""
 REPLICA_CONFIG_INTERVAL_S = 3.0
 """The brokers' default ``replica_config_interval_ms``: how stale a promoted slave's copy of the
 group's offsets may be. A consumer that kept its queues re-delivers at most what was in flight;
@@ -44,24 +48,27 @@ async def test_master_sigkill_rounds_lose_no_acknowledged_message(tmp_path: Path
         sending = True
 
         async def produce() -> None:
-            nonlocal failures
             async with Producer("ChaosProducer", namesrv) as producer:
-                i = 0
-                while sending:
-                    body = f"m{i}"
-                    began = time.monotonic()
-                    try:
-                        result = await producer.send(Message("Chaos", body.encode()))
-                    except (OrbitError, grpc.aio.AioRpcError):
-                        failures += 1
-                        await asyncio.sleep(0.05)
-                        continue
-                    i += 1
-                    now = time.monotonic()
-                    stored_at.append((began, now))
-                    if result.status is SendStatus.SEND_OK:
-                        acked.append((body, now))
-                    await asyncio.sleep(0.005)
+                await asyncio.gather(*(sender(producer, n) for n in range(SENDERS)))
+
+        async def sender(producer: Producer, n: int) -> None:
+            nonlocal failures
+            i = 0
+            while sending:
+                body = f"s{n}-m{i}"
+                began = time.monotonic()
+                try:
+                    result = await producer.send(Message("Chaos", body.encode()))
+                except (OrbitError, grpc.aio.AioRpcError):
+                    failures += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                i += 1
+                now = time.monotonic()
+                stored_at.append((began, now))
+                if result.status is SendStatus.SEND_OK:
+                    acked.append((body, now))
+                await asyncio.sleep(0.005)
 
         collector = Collector()
         consumer = PushConsumer(
