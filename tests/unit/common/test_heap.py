@@ -39,7 +39,9 @@ def test_survivors_are_frozen_and_garbage_is_not(thawed: None) -> None:
     frozen = freeze_startup_heap()
 
     assert dead() is None, "start-up garbage must be collected, not frozen for the process's life"
-    assert frozen == gc.get_freeze_count() > 0
+    # Frozen objects still die by reference counting (another thread's, this frame's
+    # temporaries), so the permanent generation may already be a little smaller.
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not any(o is kept for o in gc.get_objects()), "a survivor must leave the collected generations"
     assert len(gc.get_objects()) < tracked_before // 10
 
