@@ -23,6 +23,7 @@ transaction needs, ``<broker name>:<commit-log offset of the half message>:<uniq
 from __future__ import annotations
 
 import gzip
+import hashlib
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -251,8 +252,8 @@ def inbound(
     if TIMER_DELIVER_MS in properties and properties[TIMER_DELIVER_MS].isdigit():
         system.delivery_timestamp.FromMilliseconds(int(properties[TIMER_DELIVER_MS]))
     system.body_encoding = v2.IDENTITY
-    system.body_digest.type = v2.CRC32
-    system.body_digest.checksum = f"{zlib.crc32(body):08X}"
+    system.body_digest.type = v2.MD5
+    system.body_digest.checksum = body_digest(body)
     system.message_type = message_type
     system.born_timestamp.FromMilliseconds(born_timestamp_ms)
     system.born_host = born_host
@@ -262,6 +263,17 @@ def inbound(
     user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
     message.user_properties.update(user)
     return message
+
+
+def body_digest(body: bytes) -> str:
+    """The body checksum every official client accepts: MD5 as 32 upper-case hex digits.
+
+    The clients compare the string, not the number, and disagree on CRC32's form: Java's is
+    ``Long.toHexString`` (no leading zeros, ``8BFF1A9``) while Python pads to 8 digits
+    (``08BFF1A9``), so one CRC32 in 16 would be "corrupted" for one of them and redelivered until
+    it is dead-lettered. A fixed-width MD5 has one spelling, and is what Apache RocketMQ's own
+    proxy sends."""
+    return hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
 
 
 # -- transaction ids ------------------------------------------------------------------------------

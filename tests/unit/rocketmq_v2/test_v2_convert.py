@@ -4,6 +4,8 @@ message properties, queue permissions."""
 from __future__ import annotations
 
 import gzip
+import hashlib
+import zlib
 
 import pytest
 
@@ -114,7 +116,7 @@ def test_key_with_a_space_is_refused_because_orbitmq_separates_keys_by_spaces() 
     assert refused.value.code == v2.ILLEGAL_MESSAGE_KEY and "'two words'" in refused.value.message
 
 
-def test_inbound_restores_system_properties_with_a_crc32_digest() -> None:
+def test_inbound_restores_system_properties_with_an_md5_digest() -> None:
     properties = {"UNIQ_KEY": "01ID", "TAGS": "t", "KEYS": "a b", "__SHARDINGKEY": "g", "user": "u"}
     message = convert.inbound(
         "tenant1%T",
@@ -136,7 +138,8 @@ def test_inbound_restores_system_properties_with_a_crc32_digest() -> None:
         ["a", "b"],
         "g",
     )
-    assert system.body_digest.checksum == "CBF43926"  # CRC-32 of "123456789"
+    assert system.body_digest.type == v2.MD5
+    assert system.body_digest.checksum == "25F9E794323B453885F5181F1B624D0B"  # MD5 of "123456789"
     assert dict(message.user_properties) == {"user": "u"}
 
 
@@ -164,3 +167,44 @@ def test_route_permissions_follow_read_and_write_queue_counts_and_the_topic_perm
         ("b", 2, v2.READ),
     ]
     assert endpoints.scheme == v2.DOMAIN_NAME and routes.endpoints_of("[::1]:8081").scheme == v2.IPv6
+
+
+def _java_client_accepts(digest: v2.Digest, body: bytes) -> bool:
+    """rocketmq-client-java's check (``Utilities``): CRC32 as ``Long.toHexString`` upper-cased,
+    MD5 and SHA1 as upper-case hex, compared as strings."""
+    expected = {
+        v2.CRC32: format(zlib.crc32(body), "X"),
+        v2.MD5: hashlib.md5(body).hexdigest().upper(),
+        v2.SHA1: hashlib.sha1(body).hexdigest().upper(),
+    }[digest.type]
+    return digest.checksum == expected
+
+
+def _python_client_accepts(digest: v2.Digest, body: bytes) -> bool:
+    """rocketmq-python-client 5.1's check (``Misc.crc32_checksum`` and friends): CRC32 zero-padded
+    to 8 digits, MD5 and SHA1 as upper-case hex."""
+    expected = {
+        v2.CRC32: format(zlib.crc32(body), "08X"),
+        v2.MD5: hashlib.md5(body).hexdigest().upper(),
+        v2.SHA1: hashlib.sha1(body).hexdigest().upper(),
+    }[digest.type]
+    return digest.checksum == expected
+
+
+@pytest.mark.parametrize("body", [b"d-TagB-1", b"123456789", b"", bytes(range(256))])
+def test_body_digest_is_spelled_the_way_every_official_client_checks_it(body: bytes) -> None:
+    """Protocol: ``SystemProperties.body_digest`` is compared as a string by each client; a CRC32
+    whose hex starts with 0 (``d-TagB-1``: ``8BFF1A9``) was "corrupted" for the Java client."""
+    message = convert.inbound(
+        "T",
+        body,
+        {"UNIQ_KEY": "01ID"},
+        born_timestamp_ms=NOW_MS,
+        born_host="10.0.0.1",
+        store_timestamp_ms=NOW_MS,
+        queue_id=0,
+        queue_offset=0,
+        message_type=v2.NORMAL,
+    )
+    digest = message.system_properties.body_digest
+    assert _java_client_accepts(digest, body) and _python_client_accepts(digest, body)
