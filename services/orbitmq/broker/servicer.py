@@ -519,18 +519,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 ErrorReason.INVALID_ARGUMENT,
                 f"max_delivery_attempts {request.max_delivery_attempts} must be >= 0 (0: the group's)",
             )
-        tag_filter = None
-        if request.subscription.expression_type == common_pb2.SQL92:
-            raise RpcFailure(
-                ErrorReason.INVALID_EXPRESSION,
-                f"SQL92 expression {request.subscription.expression!r}: POP filters by tag only",
-            )
-        expression = request.subscription.expression.strip()
-        if expression and expression != "*":
-            try:
-                tag_filter = b.tag_filter(expression)
-            except ValueError as error:
-                raise RpcFailure(ErrorReason.INVALID_EXPRESSION, str(error)) from None
+        message_filter = self._filter(request.subscription)  # a pull's filter: tags or SQL92
         started = time.perf_counter()
         popped = await b.pop.pop_any(
             request.consumer_group,
@@ -540,7 +529,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             request.invisible_time_ms,
             fifo=request.fifo or group.consume_message_orderly,  # the group config decides too
             max_attempts=request.max_delivery_attempts or group.retry_max_times + 1,
-            tag_filter=tag_filter,
+            message_filter=message_filter,
             wait_ms=max(0, min(request.poll_time_ms, b.settings.max_suspend_ms)),
         )
         b.metrics.observe_pull(

@@ -93,7 +93,7 @@ async def test_tag_filter_delivers_matching_messages_and_skips_the_rest_for_good
     store = stores()
     _fill(store, "a", "b", "a", "b")
     pop = _service(store, clock)
-    got = await pop.pop(GROUP, TOPIC, 0, 10, INVISIBLE, tag_filter=TagFilter("a"))
+    got = await pop.pop(GROUP, TOPIC, 0, 10, INVISIBLE, message_filter=TagFilter("a"))
     assert [p.message.body for p in got] == [b"m0", b"m2"]
     for popped in got:
         await pop.ack(GROUP, TOPIC, popped.handle.encode())

@@ -33,7 +33,7 @@ from orbitmq.broker.pop.state import AckOutcome, PopKey, PopState, Record
 from orbitmq.broker.reput import restore
 from orbitmq.common.clock import Clock
 from orbitmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, Property
-from orbitmq.store.message_filter import TagFilter
+from orbitmq.store.message_filter import MessageFilter, TagFilter
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import InboundMessage, StoredMessage
 from orbitmq.store.results import PutResult
@@ -65,6 +65,15 @@ class Popped:
     attempt: int
     """Delivery attempt, 1 for the first."""
     invisible_until_ms: int
+
+
+def _wanted(message_filter: MessageFilter, message: StoredMessage) -> bool:
+    """Whether the group's filter selects ``message`` (its tag hash passed already): a tag filter
+    by the exact tag (no client re-checks a POP delivery, as a pull consumer re-checks a hash), a
+    SQL92 filter by the message's properties, the evaluation pulls run."""
+    if isinstance(message_filter, TagFilter):
+        return message_filter.matches_tag(message.tags)
+    return not message_filter.needs_properties or message_filter.matches_properties(message.properties)
 
 
 class PopService:
@@ -175,7 +184,7 @@ class PopService:
         *,
         fifo: bool = False,
         max_attempts: int = 17,
-        tag_filter: TagFilter | None = None,
+        message_filter: MessageFilter | None = None,
         wait_ms: int = 0,
     ) -> list[Popped]:
         """Up to ``max_nums`` messages from the queues ``queue_ids`` (a v2 receive names a topic,
@@ -187,16 +196,18 @@ class PopService:
         while True:
             start = self._next_queue.get((group, topic), 0) % len(queue_ids)
             popped: list[Popped] = []
+            unscanned = False
             for i in range(len(queue_ids)):
                 queue_id = queue_ids[(start + i) % len(queue_ids)]
-                got = await self._pop_once(
+                got, more = await self._pop_once(
                     PopKey(group, topic, queue_id),
                     max_nums - len(popped),
                     invisible_ms,
                     fifo,
                     max_attempts,
-                    tag_filter,
+                    message_filter,
                 )
+                unscanned |= more
                 if got:
                     popped.extend(got)
                     self._next_queue[group, topic] = (start + i + 1) % len(queue_ids)
@@ -205,6 +216,8 @@ class PopService:
             remaining_s = deadline - time.monotonic()
             if popped or remaining_s <= 0:
                 return popped
+            if unscanned:  # the filter's scan stopped short of a queue's end: look further now
+                continue
             for queue_id in queue_ids:
                 visible_ms = self.state.next_visible_ms(PopKey(group, topic, queue_id))
                 if visible_ms is not None:
@@ -223,7 +236,7 @@ class PopService:
         *,
         fifo: bool = False,
         max_attempts: int = 17,
-        tag_filter: TagFilter | None = None,
+        message_filter: MessageFilter | None = None,
         wait_ms: int = 0,
     ) -> list[Popped]:
         """Up to ``max_nums`` messages of one queue, invisible for ``invisible_ms``.
@@ -235,10 +248,14 @@ class PopService:
         deadline = time.monotonic() + wait_ms / 1000
         key = PopKey(group, topic, queue_id)
         while True:
-            popped = await self._pop_once(key, max_nums, invisible_ms, fifo, max_attempts, tag_filter)
+            popped, more = await self._pop_once(
+                key, max_nums, invisible_ms, fifo, max_attempts, message_filter
+            )
             remaining_s = deadline - time.monotonic()
             if popped or remaining_s <= 0:
                 return popped
+            if more:  # the filter's scan stopped short of the queue's end: look further now
+                continue
             visible_ms = self.state.next_visible_ms(key)
             if visible_ms is not None:
                 remaining_s = min(remaining_s, max(0.001, (visible_ms - self._clock.now_ms()) / 1000))
@@ -253,8 +270,10 @@ class PopService:
         invisible_ms: int,
         fifo: bool,
         max_attempts: int,
-        tag_filter: TagFilter | None,
-    ) -> list[Popped]:
+        message_filter: MessageFilter | None,
+    ) -> tuple[list[Popped], bool]:
+        """One look at the queue: what it hands out, and whether a filter's scan stopped short
+        of the queue's end (the caller looks again at once rather than waiting for an append)."""
         group, topic, queue_id = key
         self.state.start_at(key, self._store.min_offset_in_queue(topic, queue_id))
         now = self._clock.now_ms()
@@ -270,27 +289,19 @@ class PopService:
             _, claim = self.state.change_invisible(key, offset, lease, now, DEAD_LETTER_CLAIM_MS)
             if claim is not None:
                 pending.append(claim)
-        messages = {o: self._read(topic, queue_id, o) for o in plan.offsets}
+        messages = {o: self._read(topic, queue_id, o) for o in plan.redeliver}
         gone = [o for o in plan.redeliver if messages[o] is None]  # deleted by retention meanwhile
         pending.extend(self.state.dead_letter(key, o) for o in gone)
         delivered = [o for o in plan.redeliver if messages[o] is not None]
         if delivered:
             pending.append(self.state.deliver(key, delivered, now, invisible_ms))
             self.revives[group, topic] += len(delivered)
-        run: list[int] = []
-        for offset in plan.new:  # in order: runs of wanted offsets are delivered, others skipped
-            message = messages[offset]
-            if message is not None and (tag_filter is None or tag_filter.matches_tag(message.tags)):
-                run.append(offset)
-                continue
-            if run:
-                pending.append(self.state.deliver(key, run, now, invisible_ms))
-                delivered.extend(run)
-                run = []
-            pending.append(self.state.skip(key, [offset]))
-        if run:
-            pending.append(self.state.deliver(key, run, now, invisible_ms))
-            delivered.extend(run)
+        more = False
+        if plan.new:
+            taken, more = self._take_new(
+                key, plan.new, max_offset, message_filter, now, invisible_ms, messages, pending
+            )
+            delivered.extend(taken)
         for offset in plan.dead:
             if await self._dead_letter(key, offset):
                 pending.append(self.state.dead_letter(key, offset))
@@ -305,7 +316,67 @@ class PopService:
             )
             for offset in sorted(delivered)
             if (message := messages[offset]) is not None and offset in queue.in_flight
-        ]
+        ], more
+
+    def _take_new(
+        self,
+        key: PopKey,
+        offsets: tuple[int, ...],
+        max_offset: int,
+        message_filter: MessageFilter | None,
+        now: int,
+        invisible_ms: int,
+        messages: dict[int, StoredMessage | None],
+        pending: list[Record],
+    ) -> tuple[list[int], bool]:
+        """Hand out the plan's new ``offsets`` (from the frontier on) that the filter selects
+        and skip the others for good: never delivered, no attempt counted, done for the group's
+        consume offset (and never revived). Each skipped offset lets the scan look one further,
+        up to the store's ``max_filter_scan_units`` (the bound a filtered pull has), so a
+        receive is not answered empty while wanted messages wait behind others. The filter is
+        asked as a pull asks it: the unit's tag hash first (a tag filter skips without reading
+        the commit log), then the message. Runs of delivered and of skipped offsets make one
+        record each. Returns the delivered offsets (their messages put in ``messages``), and
+        whether the scan stopped short of ``max_offset`` with fewer than wanted."""
+        queue = self._store.consume_queue(key.topic, key.queue_id)
+        wanted = len(offsets)
+        offset, end = offsets[0], offsets[-1] + 1
+        limit = min(max_offset, offset + max(wanted, self._store.config.max_filter_scan_units))
+        taken: list[int] = []
+        run: list[int] = []
+        skipped: list[int] = []
+        while offset < end:
+            unit = queue.unit_at(offset) if queue is not None else None
+            message = None
+            if unit is not None and (message_filter is None or message_filter.matches_tags_code(unit[2])):
+                message = self._store.message_at(unit[0])
+                if (
+                    message is not None
+                    and message_filter is not None
+                    and not _wanted(message_filter, message)
+                ):
+                    message = None
+            if message is not None:
+                if skipped:
+                    pending.append(self.state.skip(key, skipped))
+                    skipped = []
+                messages[offset] = message
+                run.append(offset)
+            else:  # filtered out, or deleted by retention since the plan
+                if run:
+                    pending.append(self.state.deliver(key, run, now, invisible_ms))
+                    taken.extend(run)
+                    run = []
+                skipped.append(offset)
+                if end < limit:
+                    end += 1
+            offset += 1
+        if run:
+            pending.append(self.state.deliver(key, run, now, invisible_ms))
+            taken.extend(run)
+        if skipped:
+            pending.append(self.state.skip(key, skipped))
+        return taken, len(taken) < wanted and end < max_offset
 
     async def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
         """Acknowledge one delivery; raises :class:`InvalidReceiptHandle` for foreign text."""
