@@ -18,7 +18,7 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from orbitmq.client.consumer_types import (
     OrderlyStatus,
 )
 from orbitmq.common.errors import OrbitError
+from orbitmq.common.properties import SYSTEM_PROPERTIES
 from orbitmq.common.server import listen_error, port_in_use
 from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage
@@ -52,7 +53,11 @@ FROM = {
 
 
 def message_record(message: StoredMessage, queue_id: int) -> dict[str, Any]:
-    """What ``--json`` prints per message; a body that is not UTF-8 is given in base64."""
+    """What ``--json`` prints per message; a body that is not UTF-8 is given in base64.
+
+    ``properties`` are the application's own, what ``produce --property`` (or a client's
+    message properties) set; the system's (``UNIQ_KEY``, ``TAGS``, ``KEYS``, ...) are left out,
+    as tags, keys and the id have their own fields."""
     record: dict[str, Any] = {
         "topic": message.topic,
         "queue": queue_id,
@@ -60,6 +65,7 @@ def message_record(message: StoredMessage, queue_id: int) -> dict[str, Any]:
         "msg_id": message.properties.get(Property.UNIQ_KEY) or message.msg_id,
         "keys": list(message.keys),
         "tags": message.tags,
+        "properties": user_properties(message.properties),
         "reconsume_times": message.reconsume_times,
     }
     try:
@@ -70,14 +76,22 @@ def message_record(message: StoredMessage, queue_id: int) -> dict[str, Any]:
     return record
 
 
+def user_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The application's properties of a message, by name (system properties left out)."""
+    return {name: properties[name] for name in sorted(properties) if name not in SYSTEM_PROPERTIES}
+
+
 def text_line(record: dict[str, Any]) -> str:
-    """One message for a person; a body that is not UTF-8 is shown in base64 and says so."""
+    """One message for a person; a body that is not UTF-8 is shown in base64 and says so;
+    user properties as ``properties=k=v, k=v`` when there are any."""
     body = record["body"]
     if record.get("body_encoding") == "base64":
         body = f"[base64, not UTF-8] {body}"
+    properties = f" properties={human(record['properties'])}" if record["properties"] else ""
     return (
         f"{record['topic']} queue {record['queue']} offset {record['queue_offset']} "
-        f"{record['msg_id']} tags={human(record['tags'])} keys={human(record['keys'])}: {body}"
+        f"{record['msg_id']} tags={human(record['tags'])} keys={human(record['keys'])}"
+        f"{properties}: {body}"
     )
 
 

@@ -4,9 +4,11 @@ The *offset id* names where a message lives: the storing broker's address and th
 commit-log offset, hex encoded — 32 characters for an IPv4 broker (4 address + 4 port + 8
 offset bytes), 56 for IPv6. Any broker can be asked for it and the owner reads the record
 without an index lookup. The *unique key* (``UNIQ_KEY``) is made by the producer and indexed;
-it is the ``msg_id`` that producers and consumers show, 32 hex characters like an IPv4 offset
-id. A 32-character id may therefore be either kind, so :func:`read_msg_id` reports every
-reading of an id and the caller tries the offset first, as RocketMQ's ``queryMsgById`` does.
+it is the ``msg_id`` that producers and consumers show: 32 hex characters like an IPv4 offset
+id from orbitmq's and RocketMQ 4's clients, 34 from RocketMQ 5's (their v1 message id: ``01``,
+then MAC address, process id, seconds since 2021 and a sequence number; it names no broker, so
+only the index finds it). A 32-character id may be either kind, so :func:`read_msg_id` reports
+every reading of an id and the caller tries the offset first, as RocketMQ's ``queryMsgById`` does.
 """
 
 from __future__ import annotations
@@ -38,13 +40,20 @@ def encode_offset_msg_id(store_host: str, physical_offset: int) -> str:
 
 
 UNIQUE_KEY_CHARS = 32
-"""Length of a producer's unique key (orbitmq's and RocketMQ's clients both make 32 hex)."""
+"""Length of a producer's unique key from orbitmq's and RocketMQ 4's clients (32 hex)."""
+V5_MESSAGE_ID_CHARS = 34
+"""Length of a RocketMQ 5 client's message id (``MessageIdCodec``: a version byte and 16 bytes)."""
+V5_MESSAGE_ID_VERSION = "01"
+"""The version byte every RocketMQ 5 client writes (its codec's ``MESSAGE_ID_VERSION_V1``)."""
 
 _OFFSET_ID_RULE = (
     f"an offset id has {_V4.size * 2} hex characters (IPv4 broker address, port, commit-log "
     f"offset) or {_V6.size * 2} (IPv6)"
 )
-_UNIQUE_KEY_RULE = f"a unique key (the msg_id producers and consumers print) has {UNIQUE_KEY_CHARS}"
+_UNIQUE_KEY_RULE = (
+    f"a unique key (the msg_id producers and consumers print) has {UNIQUE_KEY_CHARS}, or "
+    f"{V5_MESSAGE_ID_CHARS} beginning {V5_MESSAGE_ID_VERSION} (RocketMQ 5 clients)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,13 @@ class MessageIdReading:
 def read_msg_id(msg_id: str) -> MessageIdReading:
     """Every reading of ``msg_id``; an id that is neither kind raises a ValueError naming the rule."""
     _require_hex(msg_id)
+    if len(msg_id) == V5_MESSAGE_ID_CHARS:
+        if not msg_id.startswith(V5_MESSAGE_ID_VERSION):
+            raise ValueError(
+                f"message id {msg_id!r} has {V5_MESSAGE_ID_CHARS} characters but begins "
+                f"{msg_id[:2]!r}: {_UNIQUE_KEY_RULE}"
+            )
+        return MessageIdReading(None, msg_id)
     if len(msg_id) not in (_V4.size * 2, _V6.size * 2, UNIQUE_KEY_CHARS):
         raise ValueError(
             f"message id {msg_id!r} has {len(msg_id)} characters: {_OFFSET_ID_RULE}, and {_UNIQUE_KEY_RULE}"

@@ -79,6 +79,7 @@ async def test_count_exits_and_leaves_the_rest_for_the_next_run(cluster: Cluster
         "msg_id",
         "keys",
         "tags",
+        "properties",
         "reconsume_times",
         "body",
     }
