@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import struct
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+
+from orbitmq.common import maven
 
 PEER_SOURCES = Path(__file__).resolve().parents[3] / "benchmarks" / "peer"
 """The Maven project (pom.xml, src/main/java/...): part of the repository, not of the package."""
@@ -39,9 +37,6 @@ DEFAULT_CACHE = Path.home() / ".cache" / "orbitmq" / "peer"
 DRIVER_JAR = "peer-driver.jar"
 DRIVER_CLASS = "io.orbitmq.peer.PeerDriver"
 TOPIC_ADMIN_CLASS = "io.orbitmq.peer.TopicAdmin"
-MAVEN_PACKAGE = ("mvn", "-q", "-B", "package")
-INSTALL_HINT = {"mvn": "maven", "java": "openjdk-17-jdk-headless"}
-"""The Debian package that brings each tool the peer needs (scripts/test installs them)."""
 
 NAMESRV_HEAP_MB = 256
 """The name server only holds routes: a small heap, so the machine's memory goes to the broker."""
@@ -103,82 +98,15 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
 
 
-def _source_files() -> list[Path]:
-    pom = PEER_SOURCES / "pom.xml"
-    if not pom.is_file():
-        raise RocketMQPeerError(
-            f"{pom} not found: the RocketMQ peer builds from a checkout of the orbitmq repository"
-        )
-    return [pom, *sorted((PEER_SOURCES / "src").rglob("*.java"))]
-
-
-def sources_digest() -> str:
-    """sha256 of the pom and the Java sources (paths and contents): the cache key of a build."""
-    digest = hashlib.sha256()
-    for path in _source_files():
-        digest.update(str(path.relative_to(PEER_SOURCES)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def _require_tools(*tools: str) -> None:
-    missing = [tool for tool in tools if shutil.which(tool) is None]
-    if missing:
-        packages = " ".join(INSTALL_HINT[tool] for tool in missing)
-        raise RocketMQPeerError(
-            f"the RocketMQ peer needs {' and '.join(missing)} on PATH: install them "
-            f"(Debian: apt-get install -y {packages}; scripts/test does it as root)"
-        )
-
-
 def build_peer() -> Path:
-    """The built peer's directory (``peer-driver.jar`` and ``lib/*.jar``), building it first
-    unless the cache holds this pom's and these sources' build.
-
-    Under ``$ORBITMQ_PEER_CACHE`` (default ``~/.cache/orbitmq/peer``)``/<sha256>/``; a lock file
-    makes a second process wait for the first's build. Maven runs quietly in a scratch copy of
-    the project (the checkout stays clean); its output is quoted when it fails.
-    """
-    root = cache_root()
-    built = root / sources_digest()
-    if (built / DRIVER_JAR).is_file():
-        return built
-    _require_tools("mvn", "java")
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / "build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (built / DRIVER_JAR).is_file():  # built by the process we waited for
-            return built
-        with tempfile.TemporaryDirectory(dir=root, prefix=f"{built.name[:12]}.building-") as scratch:
-            project = Path(scratch) / "project"
-            project.mkdir()
-            shutil.copy2(PEER_SOURCES / "pom.xml", project / "pom.xml")
-            shutil.copytree(PEER_SOURCES / "src", project / "src")
-            done = subprocess.run(
-                MAVEN_PACKAGE,
-                cwd=project,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode != 0:
-                output = (done.stdout + done.stderr)[-LOG_TAIL_CHARS:]
-                raise RocketMQPeerError(
-                    f"building the RocketMQ peer failed ({' '.join(MAVEN_PACKAGE)} in a copy of "
-                    f"{PEER_SOURCES}, exit {done.returncode}):\n{output}"
-                )
-            staged = Path(scratch) / "built"
-            staged.mkdir()
-            shutil.move(project / "target" / DRIVER_JAR, staged / DRIVER_JAR)
-            shutil.move(project / "target" / "lib", staged / "lib")
-            shutil.rmtree(built, ignore_errors=True)  # a directory left without its jar
-            staged.rename(built)  # atomic: the jar is there only when the whole build is
-    return built
+    """The built peer's directory (``peer-driver.jar`` and ``lib/*.jar``), from the cache under
+    ``$ORBITMQ_PEER_CACHE`` (default ``~/.cache/orbitmq/peer``) or built there first
+    (:func:`orbitmq.common.maven.build`: keyed by the pom's and sources' hash, one build at a time)."""
+    return maven.build(PEER_SOURCES, DRIVER_JAR, cache_root(), RocketMQPeerError, what="the RocketMQ peer")
 
 
 def classpath(built: Path) -> str:
-    return f"{built / DRIVER_JAR}:{built / 'lib'}/*"
+    return maven.classpath(built, DRIVER_JAR)
 
 
 def _port_free(port: int) -> bool:
@@ -321,7 +249,8 @@ class RocketMQCluster:
 
     def __enter__(self) -> RocketMQCluster:
         self._classpath = classpath(build_peer())
-        _require_tools("java")  # a cached build needs no Maven, but every server is a JVM
+        # a cached build needs no Maven, but every server is a JVM
+        maven.require_tools("java", what="the RocketMQ peer", error_cls=RocketMQPeerError)
         try:
             self._start()
         except BaseException:
