@@ -27,6 +27,7 @@ from orbitmq.client.admin import Admin, TopicChangeReport
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import failure_of
 from orbitmq.common.topics import Property
+from orbitmq.store.config_store import MAX_QUEUE_NUMS
 from orbitmq.store.record import StoredMessage
 from orbitmq.v1.broker_pb2 import QueueProgress, TopicChangeOutcome
 
@@ -354,21 +355,81 @@ def group() -> None:
 
 @group.command("create")
 @click.option("--group", "name", required=True)
-@click.option("--retry-max", type=click.IntRange(0, 1000), default=16, show_default=True)
-@click.option("--no-broadcast", is_flag=True, help="Refuse broadcasting consumers.")
-@click.option("--cluster")
+@click.option(
+    "--fifo",
+    "--orderly",
+    "fifo",
+    is_flag=True,
+    help="A FIFO (orderly) group: RocketMQ 5 clients through orbitmq proxy are told to consume "
+    "each message group in order, a failed message retried in place (updateSubGroup -o).",
+)
+@click.option(
+    "--max-retries",
+    "--retry-max",
+    "max_retries",
+    type=click.IntRange(0, 1000),
+    default=16,
+    show_default=True,
+    help="Deliveries after the first before a message goes to %DLQ%<group>; 0: at the first "
+    "failure (retryMaxTimes, -r).",
+)
+@click.option(
+    "--retry-queues",
+    type=click.IntRange(1, MAX_QUEUE_NUMS),
+    default=1,
+    show_default=True,
+    help="Queues of the group's %RETRY% topic when it is created (retryQueueNums, -q).",
+)
+@click.option(
+    "--broadcast/--no-broadcast",
+    default=True,
+    show_default=True,
+    help="Whether members may consume by broadcasting (consumeBroadcastEnable, -d); recorded "
+    "and listed, not yet enforced: brokers do not refuse a broadcasting member.",
+)
+@click.option(
+    "--consume-enable/--no-consume-enable",
+    default=True,
+    show_default=True,
+    help="Whether members may consume at all: pulls and POP receives are refused with "
+    "NO_PERMISSION while it is off (consumeEnable, -s).",
+)
+@click.option("--cluster", help="Every master of this cluster (default: every master).")
 @common
 def group_create(
-    namesrv: str, as_json: bool, name: str, retry_max: int, no_broadcast: bool, cluster: str | None
+    namesrv: str,
+    as_json: bool,
+    name: str,
+    fifo: bool,
+    max_retries: int,
+    retry_queues: int,
+    broadcast: bool,
+    consume_enable: bool,
+    cluster: str | None,
 ) -> None:
-    """Create (or update) a subscription group on every master."""
+    """Create or update a subscription group on every master (RocketMQ updateSubGroup).
+
+    As updateSubGroup, the whole config is written: an option not given takes its default."""
     brokers = run_admin(
         lambda a: a.create_group(
-            name, retry_max_times=retry_max, consume_broadcast_enable=not no_broadcast, cluster=cluster
+            name,
+            retry_max_times=max_retries,
+            consume_broadcast_enable=broadcast,
+            orderly=fifo,
+            consume_enable=consume_enable,
+            retry_queue_nums=retry_queues,
+            cluster=cluster,
         ),
         namesrv,
     )
-    emit_object({"group": name, "brokers": brokers}, as_json)
+    settings = {
+        "fifo": fifo,
+        "max_retries": max_retries,
+        "retry_queues": retry_queues,
+        "broadcast_allowed": broadcast,
+        "consume_enabled": consume_enable,
+    }
+    emit_object({"group": name, **settings, "brokers": brokers}, as_json)
 
 
 @group.command("delete")
@@ -384,7 +445,8 @@ def group_delete(namesrv: str, as_json: bool, name: str, cluster: str | None) ->
 @group.command("list")
 @common
 def group_list(namesrv: str, as_json: bool) -> None:
-    """Subscription groups of every master."""
+    """Subscription groups of every master, with the settings ``group create`` takes
+    (``orderly`` is ``--fifo``, ``retry_max`` is ``--max-retries``)."""
     groups = run_admin(lambda a: a.groups(), namesrv)
     emit_rows(
         [
@@ -393,10 +455,12 @@ def group_list(namesrv: str, as_json: bool) -> None:
                 "retry_max": g.retry_max_times,
                 "broadcast_allowed": g.consume_broadcast_enable,
                 "orderly": g.consume_message_orderly,
+                "retry_queues": g.retry_queue_nums,
+                "consume_enabled": g.consume_enable,
             }
             for _, g in sorted(groups.items())
         ],
-        ["group", "retry_max", "broadcast_allowed", "orderly"],
+        ["group", "retry_max", "broadcast_allowed", "orderly", "retry_queues", "consume_enabled"],
         as_json,
     )
 
@@ -557,7 +621,8 @@ def message_by_key(namesrv: str, as_json: bool, topic: str, key: str, max_num: i
     "--id",
     "msg_id",
     required=True,
-    help="The msg_id produce and consume print (unique key) or an offset_msg_id.",
+    help="The msg_id produce and consume print (unique key: 32 hex, or 34 from RocketMQ 5 "
+    "clients) or an offset_msg_id.",
 )
 @click.option(
     "--topic",
@@ -568,7 +633,8 @@ def message_by_id(namesrv: str, as_json: bool, msg_id: str, topic: str | None) -
     """One message by its msg_id (unique key) or offset_msg_id (RocketMQ queryMsgById).
 
     An id that decodes to a registered broker's address is read there by commit-log offset;
-    any other is looked up as a unique key in the brokers' index."""
+    any other is looked up as a unique key in the brokers' index (a RocketMQ 5 client's id,
+    34 characters, names no broker: always so)."""
     found = run_admin(lambda a: a.message_by_id(msg_id, topic), namesrv)
     emit_object(
         {

@@ -258,16 +258,20 @@ class Admin:
         consume_broadcast_enable: bool = True,
         orderly: bool = False,
         cluster: str | None = None,
+        consume_enable: bool = True,
+        retry_queue_nums: int = 1,
     ) -> list[str]:
         """Create (or overwrite) a subscription group on every master (of ``cluster``);
-        returns the brokers' addresses. ``orderly``: its members consume orderly."""
+        returns the brokers' addresses. ``orderly``: its members consume orderly (FIFO for
+        RocketMQ 5 clients). ``consume_enable`` False: the brokers refuse its pulls and POP
+        receives. ``retry_queue_nums``: queues of its ``%RETRY%`` topic when that is created."""
         validate_group_name(group)
         config = broker_pb2.SubscriptionGroupConfig(
             group_name=group,
-            consume_enable=True,
+            consume_enable=consume_enable,
             consume_from_min_enable=True,
             consume_broadcast_enable=consume_broadcast_enable,
-            retry_queue_nums=1,
+            retry_queue_nums=retry_queue_nums,
             retry_max_times=retry_max_times,
             consume_message_orderly=orderly,
         )
@@ -460,9 +464,10 @@ class Admin:
         """The message with this offset id or unique key (RocketMQ's ``queryMsgById``).
 
         An id that decodes to the address of a registered broker is read there by commit-log
-        offset. Otherwise (or when that broker does not hold it) a 32-character id is looked up
-        as a unique key in the index of every broker group: in ``topic`` when given, else in every
-        topic each broker has (one index query per topic, so give the topic on big clusters).
+        offset. Otherwise (or when that broker does not hold it) a 32-character id, or a RocketMQ
+        5 client's 34-character one (which names no broker), is looked up as a unique key in the
+        index of every broker group: in ``topic`` when given, else in every topic each broker
+        has (one index query per topic, so give the topic on big clusters).
         Copies of one message (retry, dead-letter, schedule topics) share the unique key; the
         one in a user topic, stored first, is returned.
         """

@@ -117,7 +117,7 @@ async def test_tables_show_values_not_python_reprs(cluster: tuple[NameServer, Ru
     assert "broadcast_allowed" in out and "yes" in out and "True" not in out
     code, out = await cli("admin", "group", "list", "--json", *ns)
     expected = {"group": "PlainGroup", "retry_max": 16, "broadcast_allowed": True, "orderly": False}
-    assert expected in json.loads(out)
+    assert any(expected.items() <= row.items() for row in json.loads(out))
     code, out = await cli("admin", "topic", "route", "--topic", "Plain", "--json", *ns)
     assert json.loads(out)[0]["slaves"] == []
     code, out = await cli("admin", "topic", "route", "--topic", "Plain", *ns)
