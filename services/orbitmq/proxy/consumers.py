@@ -266,11 +266,15 @@ class Consumers:
                 raise Refused(v2.ILLEGAL_POLLING_TIME, f"long_polling_timeout of {poll_ms} ms is negative")
         if time_remaining_s is not None:
             poll_ms = max(0, min(poll_ms, int(time_remaining_s * 1000) - POLL_MARGIN_MS))
+        # The broker evaluates the filter, SQL92 as tags, and refuses an invalid one naming it
+        # (ILLEGAL_FILTER_EXPRESSION to the client): an empty SQL92 condition stays empty, so
+        # the refusal says so rather than quoting a "*" the client never wrote.
         expression = request.filter_expression
+        sql = expression.type == v2.SQL
         subscription = common_pb2.Subscription(
             topic=topic,
-            expression=expression.expression or "*",
-            expression_type=common_pb2.SQL92 if expression.type == v2.SQL else common_pb2.TAG,
+            expression=expression.expression or ("" if sql else "*"),
+            expression_type=common_pb2.SQL92 if sql else common_pb2.TAG,
         )
         reply = await self.masters.call(
             broker_name,

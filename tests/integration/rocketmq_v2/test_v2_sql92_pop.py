@@ -96,6 +96,9 @@ async def test_an_invalid_condition_is_a_bad_request_naming_it(tmp_path: Path) -
         try:
             with pytest.raises(BadRequestException, match=r"invalid SQL92 expression 'a >> 5' at column 4"):
                 await call(consumer.receive, 16, 30)
+            await call(consumer.subscribe, topic, sql(""))  # no condition is no "*" either
+            with pytest.raises(BadRequestException, match="expected a condition, found an empty expression"):
+                await call(consumer.receive, 16, 30)
         finally:
             await call(consumer.shutdown)
         assert await pop_progress(cluster, group, topic) == (0, SENT + 1)  # nothing skipped or taken
