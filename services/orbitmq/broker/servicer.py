@@ -332,6 +332,12 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             raise RpcFailure(
                 ErrorReason.NO_PERMISSION, f"consumer group {group.group_name!r} may not consume now"
             )
+        if not group.consume_broadcast_enable and self._broadcasting(group.group_name):
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION,
+                f"consumer group {group.group_name!r} may not consume by broadcasting "
+                "(consume_broadcast_enable is off: `orbitmq admin group create --broadcast` allows it)",
+            )
         b.topics.for_read(request.topic, request.queue_id)
         if request.queue_offset < 0:
             raise RpcFailure(
@@ -435,6 +441,12 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         await self.b.save_created_config()
         self.b.offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset)
         return broker_pb2.UpdateConsumerOffsetResponse()
+
+    def _broadcasting(self, group: str) -> bool:
+        """Whether the group's members consume by broadcasting, as their newest heartbeat says
+        (RocketMQ checks the same at each pull when a group turns broadcasting off)."""
+        data = self.b.clients.consumer_data(group)
+        return data is not None and data.message_model == common_pb2.BROADCASTING
 
     async def Heartbeat(self, request: broker_pb2.HeartbeatRequest, context):
         if not request.client_id:

@@ -384,8 +384,8 @@ def group() -> None:
     "--broadcast/--no-broadcast",
     default=True,
     show_default=True,
-    help="Whether members may consume by broadcasting (consumeBroadcastEnable, -d); recorded "
-    "and listed, not yet enforced: brokers do not refuse a broadcasting member.",
+    help="Whether members may consume by broadcasting (consumeBroadcastEnable, -b); when "
+    "off, brokers refuse the pulls of a group whose members heartbeat as broadcasting.",
 )
 @click.option(
     "--consume-enable/--no-consume-enable",

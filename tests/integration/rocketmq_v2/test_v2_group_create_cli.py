@@ -22,7 +22,7 @@ from v2kit import V2Cluster, v2_cluster
 from orbitmq.cli.main import main
 from orbitmq.client.admin import Admin
 from orbitmq.common.rpc import failure_of
-from orbitmq.v1 import broker_pb2
+from orbitmq.v1 import broker_pb2, common_pb2
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,6 +106,23 @@ async def test_group_create_options_are_stored_listed_and_obeyed(tmp_path: Path)
         code, out = await cli("admin", "group", "create", "--group", "g-off", *ns)  # the defaults again
         assert code == 0, out
         await cluster.broker.stub.PullMessage(pull)
+
+        # g-fifo was created --no-broadcast: its pulls are refused once a member says it
+        # broadcasts, as RocketMQ's pull does; a clustering member's are served.
+        for model in (common_pb2.CLUSTERING, common_pb2.BROADCASTING):
+            member = broker_pb2.ConsumerData(group="g-fifo", message_model=model)
+            await cluster.broker.stub.Heartbeat(
+                broker_pb2.HeartbeatRequest(client_id=f"member-{model}", consumers=[member])
+            )
+            pull.consumer_group = "g-fifo"
+            if model == common_pb2.CLUSTERING:
+                await cluster.broker.stub.PullMessage(pull)
+                continue
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await cluster.broker.stub.PullMessage(pull)
+            failure = failure_of(refused.value)
+            assert failure is not None and failure.reason_name == "NO_PERMISSION"
+            assert "'g-fifo' may not consume by broadcasting" in failure.message
 
 
 @pytest.mark.parametrize(
