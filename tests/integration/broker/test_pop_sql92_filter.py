@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import grpc
 import pytest
-from brokerkit import RunningBroker
+from brokerkit import RunningBroker, start_broker, stop_broker
 
 from orbitmq.common.rpc import failure_of
 from orbitmq.store.record import decode
@@ -115,8 +116,18 @@ async def test_an_invalid_sql92_expression_is_refused_naming_it_and_the_fault(br
 
 
 async def test_a_long_poll_finds_a_wanted_message_behind_more_than_one_scan_of_others(
-    broker: RunningBroker,
+    tmp_path: Path,
 ) -> None:
+    broker = await start_broker(tmp_path / "broker", max_message_bytes=32 * 1024)
+    try:
+        await scan_past_others(broker)
+    finally:
+        await stop_broker(broker)
+
+
+async def scan_past_others(broker: RunningBroker) -> None:
+    """More unwanted messages than one scan looks at, then a wanted one; the records that skip
+    them fit the broker's 32 KiB message limit."""
     scan_units = broker.broker.store.config.max_filter_scan_units
     topic = "PopFilterScan"
     await create_topic(broker, topic)

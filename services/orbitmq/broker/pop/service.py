@@ -46,6 +46,9 @@ ANY_QUEUE = -1
 """Key of the event that wakes :meth:`PopService.pop_any` on an append to any queue of a topic."""
 DEAD_LETTER_CLAIM_MS = 10_000
 """A message on its way to the dead-letter topic stays invisible this long meanwhile."""
+SKIPPED_PER_RECORD = 1024
+"""Most offsets one skip record names (about 11 KiB of JSON at most): a filter's scan of many
+unwanted messages writes a few records that fit any ``max_message_bytes``, not one huge one."""
 SNAPSHOT_EVERY = 10_000
 """Records between snapshots: a restart replays at most about this many after the last one."""
 SNAPSHOT_INTERVAL_MS = 600_000
@@ -335,9 +338,10 @@ class PopService:
         up to the store's ``max_filter_scan_units`` (the bound a filtered pull has), so a
         receive is not answered empty while wanted messages wait behind others. The filter is
         asked as a pull asks it: the unit's tag hash first (a tag filter skips without reading
-        the commit log), then the message. Runs of delivered and of skipped offsets make one
-        record each. Returns the delivered offsets (their messages put in ``messages``), and
-        whether the scan stopped short of ``max_offset`` with fewer than wanted."""
+        the commit log), then the message. A run of delivered offsets makes one record, a run
+        of skipped ones a record per ``SKIPPED_PER_RECORD``. Returns the delivered offsets
+        (their messages put in ``messages``), and whether the scan stopped short of
+        ``max_offset`` with fewer than wanted."""
         queue = self._store.consume_queue(key.topic, key.queue_id)
         wanted = len(offsets)
         offset, end = offsets[0], offsets[-1] + 1
@@ -368,6 +372,9 @@ class PopService:
                     taken.extend(run)
                     run = []
                 skipped.append(offset)
+                if len(skipped) == SKIPPED_PER_RECORD:
+                    pending.append(self.state.skip(key, skipped))
+                    skipped = []
                 if end < limit:
                     end += 1
             offset += 1
