@@ -116,7 +116,7 @@ class Carrier(Protocol):
         self, target: WriteQueue, topic: str, data: bytes, timeout_s: float
     ) -> broker_pb2.SendMessageResponse: ...
 
-    def _request_head(self, topic: str, queue_id: int) -> bytes: ...
+    def _request_head(self, topic: str, queue_id: int, born_host: str | None = None) -> bytes: ...
 
     def _record_latency(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None: ...
 
@@ -242,8 +242,9 @@ class Lanes(Generic[K, P]):
         return batch
 
 
-SendLaneKey = str | tuple[str, str, int]
-"""A topic (round robin), or a topic, broker name and queue id (ordered)."""
+SendLaneKey = str | tuple[str, str] | tuple[str, str, int] | tuple[str, str, int, str]
+"""A topic (round robin), or a topic, broker name and queue id (ordered); with a born host
+after them for messages born elsewhere (the proxy's: a call carries one born host)."""
 
 
 class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
@@ -267,13 +268,19 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
         self._carrier = carrier
         self._in_flight = in_flight
 
-    def submit(self, topic: str, queue: WriteQueue | None, pending: PendingSend) -> None:
+    def submit(
+        self, topic: str, queue: WriteQueue | None, pending: PendingSend, born_host: str | None = None
+    ) -> None:
         """Queue ``pending`` in its lane (``queue``: the ordered lane's queue, None for round
-        robin) and start a call if the lane has room for one."""
+        robin; ``born_host``: where it was born, if not here) and start a call if the lane has
+        room for one. A send's request has one born host, so each born host has its own lanes."""
+        detail = (topic, queue, born_host)
         if queue is None:
-            self._put(topic, pending, self._in_flight, (topic, None))
+            self._put(topic if born_host is None else (topic, born_host), pending, self._in_flight, detail)
+        elif born_host is None:
+            self._put((topic, queue.broker_name, queue.queue_id), pending, 1, detail)
         else:
-            self._put((topic, queue.broker_name, queue.queue_id), pending, 1, (topic, queue))
+            self._put((topic, queue.broker_name, queue.queue_id, born_host), pending, 1, detail)
 
     def _size(self, pending: PendingSend) -> int:
         return len(pending.framed)
@@ -281,7 +288,7 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
     async def _deliver(self, lane: Lane[SendLaneKey, PendingSend], batch: list[PendingSend]) -> None:
         """One call carrying ``batch``; on a failure, what each message does next."""
         carrier = self._carrier
-        topic, queue = lane.detail
+        topic, queue, born_host = lane.detail
         target: WriteQueue | None = None
         queues: list[WriteQueue] | None = None
         now = time.perf_counter()
@@ -291,7 +298,8 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
         try:
             queues = await carrier._route(topic)
             target = carrier._lane_target(topic, queues, queue)
-            data = b"".join([carrier._request_head(topic, target.queue_id), *(p.framed for p in batch)])
+            head = carrier._request_head(topic, target.queue_id, born_host)
+            data = b"".join([head, *(p.framed for p in batch)])
             started = time.perf_counter()
             reply = await carrier._carry(target, topic, data, timeout_s)
         except (grpc.aio.AioRpcError, RpcFailure) as error:

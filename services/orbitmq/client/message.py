@@ -42,6 +42,11 @@ class Message:
     """System properties set by orbitmq's own components, not checked (the RocketMQ 5 proxy: a
     client's message id as ``UNIQ_KEY``, a FIFO group as ``__SHARDINGKEY``); not for
     applications."""
+    born_host: str | None = None
+    """Where the message was born, ``address:port``, when that is not this producer's own
+    connection (the RocketMQ 5 proxy: the sending client's address). None: the broker records
+    the connection the send came on. Sends with different born hosts never share a call (a
+    call carries one)."""
 
     def to_proto(self, unique_key: str) -> common_pb2.Message:
         """The wire message; raises ``ValueError`` for a user property with a system name or a

@@ -283,9 +283,9 @@ class Producer:
             return await self._send([message], sharding_key=sharding_key, queue=queue, timeout_ms=timeout_ms)
         pending = self._pending_send(message, timeout_ms)
         if sharding_key is None and queue is None:
-            self._accumulator.submit(message.topic, None, pending)
+            self._accumulator.submit(message.topic, None, pending, message.born_host)
         else:
-            await self._submit_ordered(message.topic, sharding_key, queue, pending)
+            await self._submit_ordered(message.topic, sharding_key, queue, pending, message.born_host)
         return await pending
 
     def _pending_send(self, message: Message, timeout_ms: int | None) -> PendingSend:
@@ -309,7 +309,12 @@ class Producer:
         return pending
 
     async def _submit_ordered(
-        self, topic: str, sharding_key: str | None, queue: WriteQueue | None, pending: PendingSend
+        self,
+        topic: str,
+        sharding_key: str | None,
+        queue: WriteQueue | None,
+        pending: PendingSend,
+        born_host: str | None = None,
     ) -> None:
         """Queue an ordered send in its queue's lane. Until the topic's route is known, ordered
         sends wait for it one behind the other (and later ones behind them), so they reach
@@ -322,14 +327,14 @@ class Producer:
                 async with self._route_gates.setdefault(topic, asyncio.Lock()):
                     queues = await self._route_within_budget(topic, pending)
                     queue = queues[sharding_queue(sharding_key, len(queues))]  # type: ignore[arg-type]
-                    self._accumulator.submit(topic, queue, pending)
+                    self._accumulator.submit(topic, queue, pending, born_host)
                     return
             finally:
                 self._gated[topic] -= 1
         if queue is None:
             assert queues is not None and sharding_key is not None
             queue = queues[sharding_queue(sharding_key, len(queues))]
-        self._accumulator.submit(topic, queue, pending)
+        self._accumulator.submit(topic, queue, pending, born_host)
 
     async def _route_within_budget(self, topic: str, pending: PendingSend) -> list[WriteQueue]:
         """The topic's route, fetched again after a retriable failure while the send's budget
@@ -365,7 +370,7 @@ class Producer:
             except (ValueError, TypeError):
                 future = None  # the send below raises it again, into the future
             else:
-                self._accumulator.submit(message.topic, None, future)
+                self._accumulator.submit(message.topic, None, future, message.born_host)
         if future is None:
             future = asyncio.get_running_loop().create_task(self.send(message))
         self._pending.add(future)
@@ -399,6 +404,10 @@ class Producer:
         the topic, the broker and the reason) when a failure is not retriable or time is up."""
         topic = messages[0].topic
         validate_topic_name(topic)
+        born_hosts = {m.born_host for m in messages}
+        if len(born_hosts) > 1:
+            hosts = sorted(map(str, born_hosts))
+            raise ValueError(f"a batch's messages must share one born host, not {hosts}")
         for message in messages:
             if not isinstance(message.body, bytes | bytearray):
                 raise TypeError(f"message body must be bytes, not {type(message.body).__name__}")
@@ -412,6 +421,7 @@ class Producer:
             messages=protos,
             sys_flag=sys_flag,
             default_topic_queue_nums=self._default_queue_nums,
+            born_host=messages[0].born_host or "",
         )
         policy = self.retry.with_budget(timeout_ms)
         started = time.perf_counter()
@@ -520,9 +530,9 @@ class Producer:
         same = (q for q in queues if q.broker_name == queue.broker_name and q.queue_id == queue.queue_id)
         return next(same, queue)
 
-    def _request_head(self, topic: str, queue_id: int) -> bytes:
+    def _request_head(self, topic: str, queue_id: int, born_host: str | None = None) -> bytes:
         return send_wire.request_head(
-            self.group, topic, queue_id, int(time.time() * 1000), self._default_queue_nums
+            self.group, topic, queue_id, int(time.time() * 1000), self._default_queue_nums, born_host
         )
 
     async def _carry(

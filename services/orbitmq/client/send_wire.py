@@ -74,14 +74,21 @@ def frame_by_protobuf(message: Message, unique_key: str) -> bytes:
 
 
 def request_head(
-    producer_group: str, topic: str, queue_id: int, born_timestamp_ms: int, default_topic_queue_nums: int
+    producer_group: str,
+    topic: str,
+    queue_id: int,
+    born_timestamp_ms: int,
+    default_topic_queue_nums: int,
+    born_host: str | None = None,
 ) -> bytes:
-    """A ``SendMessageRequest`` without its messages."""
+    """A ``SendMessageRequest`` without its messages (``born_host``: the messages' when they
+    were born elsewhere, see :attr:`Message.born_host`)."""
     return broker_pb2.SendMessageRequest(
         producer_group=producer_group,
         topic=topic,
         queue_id=queue_id,
         born_timestamp_ms=born_timestamp_ms,
+        born_host=born_host or "",
         default_topic_queue_nums=default_topic_queue_nums,
     ).SerializeToString()
 

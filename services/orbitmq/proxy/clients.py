@@ -3,8 +3,9 @@
 A v2 client opens one ``Telemetry`` stream per endpoint and keeps it open for its lifetime: it
 sends its settings there and the server pushes commands back (transaction check-backs, later
 others). The registry keeps, per client id (the ``x-mq-client-id`` header), the client's type,
-the topics it publishes and a queue of commands for its stream. A client is known as long as a
-stream of it is open; ``NotifyClientTermination`` or the end of its last stream forgets it.
+the topics it publishes, the address its telemetry stream came from and a queue of commands
+for its stream. A client is known as long as a stream of it is open; ``NotifyClientTermination``
+or the end of its last stream forgets it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ class ClientInfo:
     topics: set[str] = field(default_factory=set)
     """Topics the client publishes (orbitmq names: the namespace already applied)."""
     streams: list[ClientStream] = field(default_factory=list)
+    address: str = ""
+    """``host:port`` its latest telemetry stream came from (the born host of its messages)."""
+
+
+def peer_host(peer: str) -> str | None:
+    """gRPC's peer (``ipv4:127.0.0.1:5555``, ``ipv6:[::1]:5555``) as RocketMQ writes a host,
+    ``127.0.0.1:5555`` or ``[::1]:5555``; None for a peer without an IP address (a Unix socket)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4" and rest:
+        return rest
+    if kind == "ipv6":
+        address, _, port = rest.rpartition(":")
+        if port.isdigit() and address:
+            return f"[{address.strip('[]').replace('%25', '%')}]:{port}"
+    return None
 
 
 class ClientRegistry:
@@ -67,9 +83,12 @@ class ClientRegistry:
             info = self._clients[client_id] = ClientInfo(client_id)
         return info
 
-    def open_stream(self, client_id: str) -> ClientStream:
+    def open_stream(self, client_id: str, address: str = "") -> ClientStream:
         stream = ClientStream(client_id)
-        self._info(client_id).streams.append(stream)
+        info = self._info(client_id)
+        info.streams.append(stream)
+        if address:
+            info.address = address
         return stream
 
     def close_stream(self, stream: ClientStream) -> None:

@@ -89,8 +89,14 @@ def outbound(
     delay_levels_ms: Sequence[int],
     max_body_bytes: int,
     max_delay_ms: int = TIMER_MAX_DELAY_MS,
+    born_host: str | None = None,
 ) -> Outbound:
     """The orbitmq message for a v2 ``message``; raises :class:`Refused` naming the bad field.
+
+    ``born_host`` is the sending client's address (``host:port``, from its connection), stored
+    as the message's born host as RocketMQ's proxy does, not the proxy's own connection to the
+    broker. The client's ``system_properties.born_host`` is its host name, which the record's
+    address field cannot hold.
 
     ``delay_levels_ms`` is no longer read (timed messages go to the broker's timer, not a level);
     it stays until the caller stops passing it."""
@@ -125,6 +131,7 @@ def outbound(
             properties=properties,
             deliver_at_ms=deliver_ms,
             system_properties=system_properties,
+            born_host=born_host,
         ),
         system.message_id,
         message_type,

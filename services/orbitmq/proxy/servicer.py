@@ -29,7 +29,7 @@ from orbitmq.client.producer import Producer
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import parse_delay_levels
 from orbitmq.proxy import codes, convert, routes
-from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry
+from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry, peer_host
 from orbitmq.proxy.consumers import Consumers
 from orbitmq.proxy.convert import Refused
 from orbitmq.proxy.metrics import ProxyMetrics
@@ -191,7 +191,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 status=codes.status(v2.CLIENT_ID_REQUIRED, f"telemetry needs {CLIENT_ID_HEADER}")
             )
             return
-        stream = self._clients.open_stream(client_id)
+        stream = self._clients.open_stream(client_id, peer_host(context.peer() or "") or "")
         namespace = _header(context, NAMESPACE_HEADER)
 
         async def read() -> None:
@@ -294,8 +294,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not request.messages:
             raise Refused(v2.BAD_REQUEST, "a send must carry at least one message")
         now_ms = int(time.time() * 1000)
+        born_host = peer_host(context.peer() or "")  # each message its own sender's, coalesced or not
         outs = [
-            convert.outbound(m, now_ms, self._delay_levels_ms, self._settings.max_body_bytes)
+            convert.outbound(
+                m, now_ms, self._delay_levels_ms, self._settings.max_body_bytes, born_host=born_host
+            )
             for m in request.messages
         ]
         budget_ms = self._budget_ms(context)

@@ -1,0 +1,108 @@
+"""A message sent through ``orbitmq proxy`` is born at its sending client, not at the proxy.
+
+Two official producers send at once, so the proxy's producer coalesces their sends while a
+call is in flight, and one sends a transactional message: every stored message's born host
+must be its own client's connection to the proxy (the address the proxy's client registry
+holds for that client id, and a local port of a socket of this process connected to the
+proxy), seen alike by orbitmq's own pull consumer (the record, as ``orbitmq admin message``
+prints it) and by the official SimpleConsumer (``system_properties.born_host``). Before, each
+was the proxy's own connection to the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from v2kit import (
+    Checker,
+    TransactionResolution,
+    call,
+    message,
+    official_producer,
+    official_simple_consumer,
+    v2_cluster,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+TOPIC = "V2BornHost"
+GROUP = "v2-born-host"
+PER_PRODUCER = 12
+
+
+def local_ports_connected_to(port: int) -> set[int]:
+    """Local ports of established TCP connections to 127.0.0.1:``port`` (``/proc/net/tcp``,
+    IPv4 and IPv4-mapped IPv6): the client ends of connections to the proxy."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, state = fields[1], fields[2], fields[3]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def send_many(producer: Any, name: str) -> dict[str, str]:
+    """``PER_PRODUCER`` sends of ``producer`` outstanding at once (``send_async`` in one thread:
+    a blocking send per thread would take the loop's default executor); message id → body."""
+    bodies = [f"{name}-{i}" for i in range(PER_PRODUCER)]
+
+    def send_all() -> list[Any]:
+        futures = [producer.send_async(message(TOPIC, b.encode())) for b in bodies]
+        return [f.result() for f in futures]
+
+    receipts = await call(send_all)
+    return {r.message_id: b for r, b in zip(receipts, bodies, strict=True)}
+
+
+async def test_each_message_is_born_at_its_own_client_through_coalescing_and_transactions(
+    tmp_path: Path,
+) -> None:
+    async with v2_cluster(tmp_path) as cluster:
+        proxy_port = int(cluster.endpoint.rsplit(":", 1)[1])
+        async with (
+            official_producer(cluster.endpoint, [TOPIC], Checker(TransactionResolution.ROLLBACK)) as a,
+            official_producer(cluster.endpoint, [TOPIC]) as b,
+        ):
+            await asyncio.gather(
+                call(a.send, message(TOPIC, b"warm-up")), call(b.send, message(TOPIC, b"b-w"))
+            )
+            calls_before = cluster.broker.broker.metrics.send_latency.count
+            sent_a, sent_b = await asyncio.gather(send_many(a, "a"), send_many(b, "b"))
+            calls = cluster.broker.broker.metrics.send_latency.count - calls_before
+            assert calls < 2 * PER_PRODUCER, f"{calls} broker calls: the sends were not coalesced"
+            transaction = await call(a.begin_transaction)
+            await call(a.send, message(TOPIC, b"a-tx"), transaction)
+            await call(transaction.commit)
+            hosts = {
+                "a": cluster.proxy.clients.get(a.client_id).address,  # type: ignore[union-attr]
+                "b": cluster.proxy.clients.get(b.client_id).address,  # type: ignore[union-attr]
+            }
+            client_ports = local_ports_connected_to(proxy_port)
+
+        assert hosts["a"] != hosts["b"]
+        for host in hosts.values():
+            address, _, port = host.rpartition(":")
+            assert address == "127.0.0.1" and int(port) in client_ports, (host, client_ports)
+        bodies = ["warm-up", "b-w", *sent_a.values(), *sent_b.values(), "a-tx"]
+        expected = {body: hosts["a" if body == "warm-up" else body[0]] for body in bodies}
+
+        stored = await cluster.receive(TOPIC, len(expected))
+        assert {m.body.decode(): m.born_host for m in stored} == expected
+
+        async with official_simple_consumer(cluster.endpoint, GROUP, [TOPIC]) as consumer:
+            received: dict[str, str] = {}
+            for _ in range(40):
+                for m in await call(consumer.receive, 32, 30):
+                    received[m.body.decode()] = m.born_host
+                    await call(consumer.ack, m)
+                if len(received) >= len(expected):
+                    break
+        assert received == expected
