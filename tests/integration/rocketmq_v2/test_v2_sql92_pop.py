@@ -3,9 +3,9 @@
 FilterType.SQL)`` get exactly the messages whose user properties match, evaluated on the broker
 before a message becomes invisible; the others are never delivered, yet the group's POP
 progress passes them; an invalid condition is a ``BadRequestException`` naming it and the fault
-(refused at each receive: the proxy answers a push consumer's settings as RocketMQ's does, and
-both official clients ignore a settings answer's status, so a refusal there would only stall a
-Python push consumer's start for 10 s with no reason given)."""
+(refused at each receive, not in the push consumer's Telemetry settings: the Java client applies
+a settings answer whatever its status and the Python client drops a non-OK one, its push
+consumer's start then failing after 10 s with no reason given)."""
 
 from __future__ import annotations
 
