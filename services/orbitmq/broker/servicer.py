@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable
-from functools import lru_cache
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
@@ -40,14 +39,7 @@ from orbitmq.store.commitlog import AppendedBatch
 from orbitmq.store.config_store import SubscriptionGroupConfig
 from orbitmq.store.message_filter import MessageFilter
 from orbitmq.store.message_id import msg_id_prefix
-from orbitmq.store.record import (
-    InboundMessage,
-    MessageBatch,
-    ScannedBatch,
-    SysFlag,
-    encode_host,
-    transaction_type,
-)
+from orbitmq.store.record import InboundMessage, MessageBatch, ScannedBatch, SysFlag, transaction_type
 from orbitmq.store.results import GetResult, GetStatus, PutResult, PutStatus
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason, PullStatus, SendStatus
@@ -246,13 +238,10 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
 
         The born host is the connection's peer unless the send names one: the RocketMQ 5 proxy
         names its client's, as RocketMQ's proxy does (a born host is what the sender says, as
-        its born time is; nothing trusts it)."""
+        its born time is; nothing trusts it, and the store refuses one that is not an IP address
+        and a port as MESSAGE_ILLEGAL)."""
         b = self.b
-        born_host = head.born_host
-        if born_host:
-            _check_born_host(born_host)
-        else:
-            born_host = _peer_host(context)
+        born_host = head.born_host or _peer_host(context)
         config = b.topics.for_send(head.topic, head.default_topic_queue_nums)
         queue_id = b.topics.pick_queue(config, head.queue_id)
         return queue_id, (born_host, head.born_timestamp_ms or b.clock.now_ms())
@@ -976,23 +965,6 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             raise RpcFailure(
                 ErrorReason.SLAVE_READ_ONLY, f"only a master grants {what}; {self.b.address} is a slave"
             )
-
-
-@lru_cache(maxsize=4096)
-def _born_host_error(host: str) -> str:
-    """Why ``host`` cannot be stored as a born host ("" when it can): the record holds an IP
-    address and a port, so a host name would fail the append after the topic was chosen."""
-    try:
-        encode_host(host)
-    except ValueError as error:
-        return str(error)
-    return ""
-
-
-def _check_born_host(host: str) -> None:
-    error = _born_host_error(host)
-    if error:
-        raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, f"born host: {error}")
 
 
 def _peer_host(context: grpc.aio.ServicerContext) -> str:

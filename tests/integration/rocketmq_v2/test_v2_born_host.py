@@ -18,6 +18,11 @@ from typing import Any
 
 import pytest
 
+from orbitmq.client import Message as OrbitMessage
+from orbitmq.client import Producer
+from orbitmq.client.retry import SendFailed
+from orbitmq.v1.broker_pb2 import ErrorReason
+
 sys.path.insert(0, str(Path(__file__).parent))
 from v2kit import (
     Checker,
@@ -106,3 +111,23 @@ async def test_each_message_is_born_at_its_own_client_through_coalescing_and_tra
                 if len(received) >= len(expected):
                     break
         assert received == expected
+
+
+async def test_the_broker_stores_a_named_born_host_and_refuses_one_it_cannot_store(tmp_path: Path) -> None:
+    """What the proxy relies on, with orbitmq's own producer: a send naming its born host is
+    stored with it, coalesced or alone (a timed message goes alone), and one that is not an IP
+    address and a port is refused as MESSAGE_ILLEGAL naming it (the record has no room for a
+    name)."""
+    async with v2_cluster(tmp_path) as cluster, Producer("born-host", cluster.namesrv.address) as producer:
+        await producer.send(OrbitMessage("BornHostNamed", b"coalesced", born_host="10.1.2.3:4567"))
+        await producer.send(OrbitMessage("BornHostNamed", b"timed", born_host="[2001:db8::7]:99", delay_ms=1))
+        await producer.send(OrbitMessage("BornHostNamed", b"own"))
+        stored = {m.body: m.born_host for m in await cluster.receive("BornHostNamed", 3)}
+        assert stored[b"coalesced"] == "10.1.2.3:4567"
+        assert stored[b"timed"] == "[2001:db8::7]:99"
+        assert stored[b"own"].startswith("127.0.0.1:") and stored[b"own"] != "127.0.0.1:0"
+
+        with pytest.raises(SendFailed) as refused:
+            await producer.send(OrbitMessage("BornHostNamed", b"named", born_host="app-host-1:4567"))
+        assert refused.value.reason == ErrorReason.MESSAGE_ILLEGAL
+        assert "app-host-1:4567" in str(refused.value)
