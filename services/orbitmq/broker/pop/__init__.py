@@ -27,6 +27,13 @@ Design, and how it differs from RocketMQ 5's:
   changes on every delivery and every change of invisibility; an ack with an older lease is
   refused (``INVALID_RECEIPT_HANDLE``): the message was handed to someone else meanwhile.
   Handles from before a restart stay valid, because leases are part of the replayed state.
+* **Filters are the pull's** (a tag expression or a SQL92 condition, the same
+  ``MessageFilter`` objects), evaluated on the broker before a message becomes invisible. An
+  offset the group's filter rejects is *skipped*: a record marks it done without delivery, so it
+  is never in flight, never revived, counts no attempt, and the consumer offset moves past it.
+  A pop scans past rejected offsets as far as a filtered pull would (``max_filter_scan_units``)
+  before answering empty. The filter is the request's: a group that changes its subscription
+  does not get back what the old one skipped.
 * POP and pull consumers share a topic freely: POP state is per group, and pull groups keep
   their offsets as before; a POP group's consumer offset (everything below it acked) is what
   progress and lag tools show.
