@@ -10,6 +10,7 @@ import random
 import time
 from typing import Any
 
+import grpc
 from v2kit import V2Cluster
 
 from orbitmq.store.record import decode
@@ -24,6 +25,11 @@ def spec(topic: str, body: bytes, **fields: Any) -> dict[str, Any]:
     """One message for the ``send`` subcommand: body as base64, the other fields as given
     (tag, keys, message_group, properties, delivery_timestamp_ms, delay_ms)."""
     return {"topic": topic, "body_b64": base64.b64encode(body).decode(), **fields}
+
+
+def body_of(event: dict[str, Any]) -> bytes:
+    """The body of a received message's event (printed with ``with_bodies``)."""
+    return base64.b64decode(event["body_b64"])
 
 
 def sha256(body: bytes) -> str:
@@ -46,12 +52,17 @@ def random_bodies(count: int, seed: int, max_size: int = 16_384) -> list[bytes]:
 
 async def dead_letters(cluster: V2Cluster, group: str) -> list[bytes]:
     """Bodies in the group's dead-letter topic (``%DLQ%<group>``, queue 0), read directly from
-    the broker: empty when nothing was dead-lettered."""
-    reply = await cluster.broker.stub.PullMessage(
-        broker_pb2.PullMessageRequest(
-            consumer_group="dlq-reader", topic=f"%DLQ%{group}", queue_id=0, max_msg_nums=64
+    the broker: empty when nothing was dead-lettered (the topic is created with its first)."""
+    try:
+        reply = await cluster.broker.stub.PullMessage(
+            broker_pb2.PullMessageRequest(
+                consumer_group="dlq-reader", topic=f"%DLQ%{group}", queue_id=0, max_msg_nums=64
+            )
         )
-    )
+    except grpc.aio.AioRpcError as error:
+        if error.code() is grpc.StatusCode.NOT_FOUND:
+            return []
+        raise
     return [decode(record).body for record in reply.records]
 
 

@@ -22,6 +22,8 @@ public final class InteropClient {
     }
 
     private static final Map<String, Command> COMMANDS = new TreeMap<>(Map.of(
+            "bench-receive", BenchReceiveCommand::run,
+            "bench-send", BenchSendCommand::run,
             "send", SendCommand::run,
             "simple-consume", SimpleConsumeCommand::run,
             "push-consume", PushConsumeCommand::run));

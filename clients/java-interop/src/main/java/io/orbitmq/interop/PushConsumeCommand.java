@@ -22,8 +22,14 @@ import org.apache.rocketmq.client.apis.message.MessageView;
  * --consume-ms (the listener's time a message, so overlaps would show), --fail-body TEXT and
  * --fail-times K (the listener fails the first K deliveries of that body; default 1),
  * --idle-ms (stop after this long without a consumption; default 20000), --settle-ms (go on
- * consuming this long after --count), --with-bodies. Events: "started", "consumed" (the message,
- * see {@link Clients#view}, with result and thread), "overlap" (message_group), "summary".
+ * consuming this long after --count), --with-bodies, --close. Events: "started", "consumed" (the
+ * message, see {@link Clients#view}, with result and thread), "overlap" (message_group),
+ * "summary", then "closed" with --close.
+ *
+ * <p>Without --close the program exits without closing its consumer: the client's close waits
+ * for its receives in flight, each a long poll of up to the proxy's 20 s (RocketMQ's proxy
+ * answers alike). A listener's acknowledgement leaves right after it returns: --settle-ms
+ * gives the last ones time to land before the process exits.
  */
 final class PushConsumeCommand {
     private PushConsumeCommand() {
@@ -80,15 +86,15 @@ final class PushConsumeCommand {
                     }
                 });
         options.rejectUnknown();
+        boolean close = options.flag("close");
         long settleUntil = Long.MAX_VALUE;
-        try (PushConsumer consumer = builder.build()) {
-            Output.emitNow(Output.event("started"));
-            while (System.nanoTime() < settleUntil && System.nanoTime() - lastConsumed.get() < idleMs * 1_000_000) {
-                Thread.sleep(20);
-                Output.flush();
-                if (succeeded.size() >= count && settleUntil == Long.MAX_VALUE) {
-                    settleUntil = System.nanoTime() + settleMs * 1_000_000;
-                }
+        PushConsumer consumer = builder.build();
+        Output.emitNow(Output.event("started"));
+        while (System.nanoTime() < settleUntil && System.nanoTime() - lastConsumed.get() < idleMs * 1_000_000) {
+            Thread.sleep(20);
+            Output.flush();
+            if (succeeded.size() >= count && settleUntil == Long.MAX_VALUE) {
+                settleUntil = System.nanoTime() + settleMs * 1_000_000;
             }
         }
         JsonObject summary = Output.event("summary");
@@ -96,7 +102,11 @@ final class PushConsumeCommand {
         summary.addProperty("distinct", succeeded.size());
         summary.addProperty("failures", failures.get());
         summary.addProperty("overlaps", overlaps.get());
-        Output.emit(summary);
+        Output.emitNow(summary);
+        if (close) {
+            consumer.close();
+            Output.emitNow(Output.event("closed"));
+        }
         return 0;
     }
 
