@@ -3,11 +3,18 @@
 Requests are counted by RPC and by the v2 ``Code`` they were answered with (the code, not a gRPC
 status, is what v2 clients act on), and timed by RPC; connected clients are counted at scrape
 time from the registry of telemetry streams, so the gauge cannot drift from the truth.
+
+A poison message (one its consumers fail over and over) shows per consumer group: each
+``ChangeInvisibleDuration`` is counted as the first change of its message or a repeated one
+(the proxy remembers the last :data:`REMEMBERED_CHANGES` messages changed; a push consumer
+changes a message once per failed delivery, so "again" is a message failing repeatedly), and
+each message a consumer gave up on (``ForwardMessageToDeadLetterQueue``) is counted.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections import OrderedDict
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -18,6 +25,9 @@ from orbitmq.proxy.clients import ClientRegistry
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+REMEMBERED_CHANGES = 10_000
+"""Messages whose invisibility this proxy changed, remembered to tell a repeated change from a
+first one (about 2 MB; an older one changed again counts as a first change)."""
 
 
 class ProxyMetrics:
@@ -47,7 +57,39 @@ class ProxyMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.invisibility_changes = Counter(
+            "orbitmq_proxy_invisibility_changes_total",
+            "ChangeInvisibleDuration of a message by consumer group: its first change through this "
+            "proxy, or again (a message failing delivery after delivery: a poison message)",
+            ["group", "change"],
+            registry=registry,
+        )
+        self.dead_letter_forwards = Counter(
+            "orbitmq_proxy_dead_letter_forwards_total",
+            "Messages a consumer gave up on and forwarded to its group's dead-letter topic "
+            "(ForwardMessageToDeadLetterQueue), by consumer group",
+            ["group"],
+            registry=registry,
+        )
+        self._changed: OrderedDict[tuple[str, str], None] = OrderedDict()
         registry.register(_ClientsCollector(clients))
+
+    def invisibility_changed(self, group: str, message_id: str) -> None:
+        """Count a change of ``message_id``'s invisibility, as a first change or a repeated one."""
+        key = (group, message_id)
+        changed = self._changed
+        again = bool(message_id) and key in changed
+        if again:
+            changed.move_to_end(key)
+        elif message_id:
+            changed[key] = None
+            if len(changed) > REMEMBERED_CHANGES:
+                changed.popitem(last=False)
+        self.invisibility_changes.labels(group, "again" if again else "first").inc()
+
+    def dead_lettered(self, group: str, message_id: str) -> None:
+        self.dead_letter_forwards.labels(group).inc()
+        self._changed.pop((group, message_id), None)  # gone for good: nothing to remember
 
     def renewal(self, outcome: str) -> None:
         self.renewals.labels(outcome).inc()

@@ -391,13 +391,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(
         self, request: pb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.consumers.change_invisible(request, context.time_remaining())
+        reply = await self.consumers.change_invisible(request, context.time_remaining())
+        if reply.status.code == v2.OK:
+            self.metrics.invisibility_changed(convert.real_name(request.group), request.message_id)
+        return reply
 
     @answers(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.consumers.forward_dead_letter(request, context.time_remaining())
+        reply = await self.consumers.forward_dead_letter(request, context.time_remaining())
+        if reply.status.code == v2.OK:
+            self.metrics.dead_lettered(convert.real_name(request.group), request.message_id)
+        return reply
 
     # -- offset-based consumers (see orbitmq.proxy.offsets) --------------------------------------
 

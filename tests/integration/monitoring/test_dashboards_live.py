@@ -55,6 +55,7 @@ from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
 from orbitmq.proxy.server import Proxy
 from orbitmq.proxy.settings import ProxySettings
+from orbitmq.rocketmq_v2 import definition_pb2, service_pb2, service_pb2_grpc
 from orbitmq.sidecar.client import SidecarClient
 from orbitmq.sidecar.server import Sidecar
 from orbitmq.sidecar.settings import SidecarSettings
@@ -328,10 +329,13 @@ async def _dead_letters(running: Any) -> bool:
 
 def _pop_consumer(endpoint: str, keep_one: bool = False, within_s: float = 45.0) -> None:
     """The official RocketMQ 5 SimpleConsumer through the proxy (in a thread: the client is
-    synchronous): it acks every message but one, which it lets expire twice (1 s invisibility),
+    synchronous): it acks every message but two. One it hides for 1 s again at each delivery
+    (ChangeInvisibleDuration, as a push consumer's nack: the proxy's first and repeated changes),
     so the broker revives it once and then, past the group's one retry, moves it to the
-    dead-letter topic; the receives that find nothing are long polls answered MESSAGE_NOT_FOUND.
-    With ``keep_one``, it only receives one message and keeps it in flight for a minute."""
+    dead-letter topic; the other it gives up on (ForwardMessageToDeadLetterQueue, as a FIFO push
+    consumer past its attempts). The receives that find nothing are long polls answered
+    MESSAGE_NOT_FOUND. With ``keep_one``, it only receives one message and keeps it in flight for
+    a minute."""
     config = v2kit.ClientConfiguration(endpoint, v2kit.Credentials())
     consumer = v2kit.SimpleConsumer(config, POP_GROUP, {TOPIC: v2kit.FilterExpression("*")}, await_duration=1)
     consumer.startup()
@@ -340,6 +344,7 @@ def _pop_consumer(endpoint: str, keep_one: bool = False, within_s: float = 45.0)
             _receive_one(consumer, within_s)
             return
         kept: str | None = None
+        forwarded = False
         deliveries: list[float] = []
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
@@ -347,6 +352,10 @@ def _pop_consumer(endpoint: str, keep_one: bool = False, within_s: float = 45.0)
                 if kept in (None, received.message_id):
                     kept = received.message_id
                     deliveries.append(time.monotonic())
+                    consumer.change_invisible_duration(received, 1)
+                elif not forwarded:
+                    _forward_to_dead_letters(endpoint, received)
+                    forwarded = True
                 else:
                     consumer.ack(received)
             if len(deliveries) >= 2 and time.monotonic() - deliveries[-1] > 3:
@@ -355,6 +364,24 @@ def _pop_consumer(endpoint: str, keep_one: bool = False, within_s: float = 45.0)
             raise AssertionError(f"the kept message was delivered {len(deliveries)} times in {within_s:.0f}s")
     finally:
         consumer.shutdown()
+
+
+def _forward_to_dead_letters(endpoint: str, received: Any) -> None:
+    """What a push consumer does with a message past its attempts (the SimpleConsumer has no call
+    for it): ForwardMessageToDeadLetterQueue, answered OK."""
+    request = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+        group=definition_pb2.Resource(name=POP_GROUP),
+        topic=definition_pb2.Resource(name=TOPIC),
+        receipt_handle=received.receipt_handle,
+        message_id=received.message_id,
+        delivery_attempt=received.delivery_attempt,
+        max_delivery_attempts=1,
+    )
+    with grpc.insecure_channel(endpoint) as channel:
+        reply = service_pb2_grpc.MessagingServiceStub(channel).ForwardMessageToDeadLetterQueue(
+            request, metadata=(("x-mq-client-id", "dashboards-live@1"),), timeout=5
+        )
+    assert reply.status.code == definition_pb2.OK, reply.status.message
 
 
 def _receive_one(consumer: Any, within_s: float) -> None:

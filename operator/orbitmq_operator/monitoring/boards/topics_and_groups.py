@@ -12,6 +12,7 @@ from orbitmq_operator.monitoring.panels import (
     Rows,
     T,
     group_lag,
+    increase,
     membership_changes,
     quantiles,
     rate,
@@ -232,6 +233,22 @@ def rows() -> Rows:
                     "RocketMQ 5 clients",
                     Query("sum by (client_type) (orbitmq_proxy_clients)", "{{client_type}}"),
                     description="Clients with an open Telemetry stream to a proxy, by type.",
+                ),
+                ts(
+                    "Poison messages (RocketMQ 5 consumers)",
+                    Query(
+                        increase(f'orbitmq_proxy_invisibility_changes_total{{change="again", {G}}}', "group"),
+                        "{{group}} changed again",
+                    ),
+                    Query(
+                        increase(f"orbitmq_proxy_dead_letter_forwards_total{{{G}}}", "group"),
+                        "{{group}} forwarded to DLQ",
+                    ),
+                    description="Messages a group's consumers keep failing: a ChangeInvisibleDuration "
+                    "of a message the proxy had already changed (a push consumer's nack after another "
+                    "failed delivery), and messages a consumer gave up on and forwarded to the "
+                    "group's dead-letter topic (ForwardMessageToDeadLetterQueue: a FIFO push "
+                    "consumer past its maximum attempts).",
                 ),
             ],
         ),
