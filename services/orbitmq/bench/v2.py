@@ -1,8 +1,13 @@
-"""``orbitmq bench v2``: the official Apache RocketMQ 5 Python client through ``orbitmq proxy``,
-with orbitmq's own client doing the same work against the same cluster in the same run.
+"""``orbitmq bench v2``: the official Apache RocketMQ 5 clients (Python and Java, ``--clients``)
+through ``orbitmq proxy``, with orbitmq's own client doing the same work against the same
+cluster in the same run.
 
-Name server, broker and proxy run as child processes; both clients run in this process (the
-official one on its own I/O thread, as it always does). Figures (1 KiB bodies):
+Name server, broker and proxy run as child processes; the Python clients run in this process
+(the official one on its own I/O thread, as it always does), the Java client in JVMs of its own
+(:mod:`orbitmq.bench.v2_java`: ``v2_java_send_per_s`` with 8 threads of blocking sends against
+orbitmq's producer with 8 sends in flight, ``v2_java_send_p99_ms``, ``v2_java_receive_ack_per_s``
+draining the backlogs below with async acks, and each process's CPU per message). The Python
+client's figures (1 KiB bodies):
 
 * ``v2_send_per_s`` — sends with ``in_flight`` outstanding (the official client's
   ``send_async``); baseline: orbitmq's producer with as many sends in flight. Target ratio ≥ 0.5.
@@ -25,19 +30,22 @@ official one on its own I/O thread, as it always does). Figures (1 KiB bodies):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import click
 
+from orbitmq.bench import v2_java
 from orbitmq.bench.broker import Process, cli
-from orbitmq.bench.e2e import _produce, _wait, cluster_processes
+from orbitmq.bench.e2e import _produce, _wait, cluster
 from orbitmq.bench.figures import Figure
 from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
@@ -64,6 +72,10 @@ INVISIBLE_S = 60
 BACKLOG_QUEUES = 8
 STALL_S = 60
 """A drain that makes no progress this long fails the run instead of hanging."""
+CLIENTS = ("python", "java")
+"""The official clients ``--clients`` picks from."""
+JAVA_WARM_DRAIN = 2_000
+"""Messages of the Java consumer's untimed first drain (class loading, JIT)."""
 
 
 def _official() -> Any:
@@ -268,28 +280,39 @@ async def _orbitmq_drain(namesrv: str, topic: str, group: str, total: int) -> tu
     return total - first[0], finished - first[1]
 
 
-async def _receive_throughput(namesrv: str, proxy: str, messages: int) -> tuple[float, float]:
-    """msg/s (official, orbitmq) of draining backlogs of ``messages``, alternating which side
-    drains first."""
-    counts, seconds = [0, 0], [0.0, 0.0]
+Drainer = Callable[[str, str, int], Awaitable[tuple[int, float]]]
+"""One side of the drains: (topic, group, backlog size) -> (messages after the first batch,
+seconds from the first batch to the last message)."""
+
+
+async def _official_drain(proxy: str, topic: str, group: str, total: int) -> tuple[int, float]:
+    official = await asyncio.to_thread(_OfficialDrainer, proxy, topic, group)
+    try:
+        return await asyncio.to_thread(official.drain, total)
+    finally:
+        await asyncio.to_thread(official.close)
+
+
+async def _load_backlog(namesrv: str, topic: str, messages: int) -> None:
+    async with Admin(namesrv) as admin:
+        await admin.create_topic(topic, read_queue_nums=BACKLOG_QUEUES, write_queue_nums=BACKLOG_QUEUES)
+    await asyncio.sleep(0.5)
+    await asyncio.to_thread(_wait, _produce(namesrv, topic, messages))
+
+
+async def _receive_throughput(namesrv: str, messages: int, drainers: dict[str, Drainer]) -> dict[str, float]:
+    """msg/s of each side draining the same backlogs of ``messages`` (a group of its own each),
+    alternating which side drains first."""
+    counts = dict.fromkeys(drainers, 0)
+    seconds = dict.fromkeys(drainers, 0.0)
     for round_ in range(DRAIN_ROUNDS):
         topic = f"BenchV2Backlog{round_}"
-        async with Admin(namesrv) as admin:
-            await admin.create_topic(topic, read_queue_nums=BACKLOG_QUEUES, write_queue_nums=BACKLOG_QUEUES)
-        await asyncio.sleep(0.5)
-        await asyncio.to_thread(_wait, _produce(namesrv, topic, messages))
-        official = await asyncio.to_thread(_OfficialDrainer, proxy, topic, f"bench-v2-pop-{round_}")
-        try:
-            for side in (0, 1) if round_ % 2 == 0 else (1, 0):
-                if side == 0:
-                    count, spent = await asyncio.to_thread(official.drain, messages)
-                else:
-                    count, spent = await _orbitmq_drain(namesrv, topic, f"bench-v2-push-{round_}", messages)
-                counts[side] += count
-                seconds[side] += spent
-        finally:
-            await asyncio.to_thread(official.close)
-    return counts[0] / seconds[0], counts[1] / seconds[1]
+        await _load_backlog(namesrv, topic, messages)
+        for side in list(drainers) if round_ % 2 == 0 else list(reversed(drainers)):
+            count, spent = await drainers[side](topic, f"bench-v2-{side}-{round_}", messages)
+            counts[side] += count
+            seconds[side] += spent
+    return {side: counts[side] / seconds[side] for side in drainers}
 
 
 def _paced_official(proxy: str, topic: str) -> None:
@@ -347,37 +370,95 @@ async def _latency_p99(namesrv: str, topic: str, produce: Callable[[], Any]) -> 
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
 
 
+async def _receive_figures(
+    namesrv: str, proxy: str, pids: dict[str, int], messages: int, clients: tuple[str, ...], work_dir: Path
+) -> list[Figure]:
+    """Every client in ``clients`` and orbitmq's push consumer drain the same backlogs."""
+    push, push_pids = v2_java.Tally(), {"client": os.getpid(), "broker": pids["broker"]}
+
+    async def push_drain(topic: str, group: str, total: int) -> tuple[int, float]:
+        before = v2_java.cpu_seconds(push_pids)
+        count, spent = await _orbitmq_drain(namesrv, topic, group, total)
+        push.add(count, spent, before, v2_java.cpu_seconds(push_pids))
+        return count, spent
+
+    drainers: dict[str, Drainer] = {}
+    if "python" in clients:
+        drainers["official"] = functools.partial(_official_drain, proxy)
+    java: v2_java.JavaDrainer | None = None
+    async with contextlib.AsyncExitStack() as stack:
+        if "java" in clients:
+            client = await stack.enter_async_context(v2_java.receiver(work_dir, proxy))
+            await client.event("started")
+            java = v2_java.JavaDrainer(client, pids)
+            warm = min(messages, JAVA_WARM_DRAIN)
+            await _load_backlog(namesrv, "BenchV2JavaWarm", warm)
+            await java.warm("BenchV2JavaWarm", warm)
+            drainers["java"] = java.drain
+        drainers["push"] = push_drain
+        rates = await _receive_throughput(namesrv, messages, drainers)
+    baseline = f"orbitmq's push consumer draining the same backlog ({BACKLOG_QUEUES} queues)"
+    figures = []
+    if "official" in rates:
+        figures.append(
+            Figure(
+                "v2_receive_ack_per_s", rates["official"], "msg/s", rates["push"], baseline, "ratio >= 0.5"
+            )
+        )
+    if java is not None:
+        figures.append(
+            Figure(
+                "v2_java_receive_ack_per_s", rates["java"], "msg/s", rates["push"], baseline, "ratio >= 0.3"
+            )
+        )
+        figures += v2_java.cpu_figures(
+            "v2_java_receive",
+            java.tally,
+            java.drained,
+            push,
+            DRAIN_ROUNDS * messages,
+            "orbitmq's push consumer",
+        )
+    return figures
+
+
 async def _measure(
-    namesrv: str, proxy: str, emit: Callable[[Figure], None], messages: int, in_flight: int
+    namesrv: str,
+    proxy: str,
+    pids: dict[str, int],
+    emit: Callable[[Figure], None],
+    messages: int,
+    in_flight: int,
+    clients: tuple[str, ...],
+    work_dir: Path,
 ) -> None:
-    for topic in ("BenchV2Official", "BenchV2Orbitmq", "BenchV2LatOfficial", "BenchV2LatOrbitmq"):
+    topics = ("BenchV2Official", "BenchV2Orbitmq", "BenchV2Java", "BenchV2LatOfficial", "BenchV2LatOrbitmq")
+    for topic in topics:
         async with Producer("bench-v2-setup", namesrv) as producer:
             await producer.send(Message(topic, b"create"))
-    rates = await _throughput(namesrv, proxy, messages, in_flight)
-    baseline = "orbitmq's producer, same work"
-    flight, one = rates["flight"], rates["one"]
-    emit(
-        Figure(
-            "v2_send_per_s",
-            flight[0],
-            "msg/s",
-            flight[1],
-            f"{baseline}, {in_flight} in flight",
-            "ratio >= 0.5",
+    if "python" in clients:
+        rates = await _throughput(namesrv, proxy, messages, in_flight)
+        baseline = "orbitmq's producer, same work"
+        flight, one = rates["flight"], rates["one"]
+        emit(
+            Figure(
+                "v2_send_per_s",
+                flight[0],
+                "msg/s",
+                flight[1],
+                f"{baseline}, {in_flight} in flight",
+                "ratio >= 0.5",
+            )
         )
-    )
-    emit(Figure("v2_send_sequential_per_s", one[0], "msg/s", one[1], f"{baseline}, one at a time"))
-    theirs, ours = await _receive_throughput(namesrv, proxy, messages)
-    emit(
-        Figure(
-            "v2_receive_ack_per_s",
-            theirs,
-            "msg/s",
-            ours,
-            f"orbitmq's push consumer draining the same backlog ({BACKLOG_QUEUES} queues)",
-            "ratio >= 0.5",
-        )
-    )
+        emit(Figure("v2_send_sequential_per_s", one[0], "msg/s", one[1], f"{baseline}, one at a time"))
+    if "java" in clients:
+        java, ours = await v2_java.sends(namesrv, proxy, pids, work_dir, messages, ROUNDS)
+        for figure in v2_java.send_figures(java, ours):
+            emit(figure)
+    for figure in await _receive_figures(namesrv, proxy, pids, messages, clients, work_dir):
+        emit(figure)
+    if "python" not in clients:
+        return
     p99_theirs = await _latency_p99(
         namesrv, "BenchV2LatOfficial", lambda: asyncio.to_thread(_paced_official, proxy, "BenchV2LatOfficial")
     )
@@ -395,11 +476,32 @@ async def _measure(
     )
 
 
-def run(emit: Callable[[Figure], None], *, messages: int, in_flight: int, work_dir: Path | None) -> None:
-    _official()  # fail before starting anything when the client is missing
-    with cluster_processes("v2", work_dir) as (namesrv, _broker):
-        proxy = Process(cli("proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--namesrv", namesrv))
+def run(
+    emit: Callable[[Figure], None],
+    *,
+    messages: int,
+    in_flight: int,
+    work_dir: Path | None,
+    clients: tuple[str, ...] = CLIENTS,
+) -> None:
+    """The figures of each official client in ``clients`` ("python", "java")."""
+    if "python" in clients:
+        _official()  # fail before starting anything when the client is missing
+    if "java" in clients:
+        v2_java.build()
+    with (
+        tempfile.TemporaryDirectory(prefix="orbitmq-bench-v2-java-", dir=work_dir) as java_dir,
+        cluster("v2", work_dir) as (namesrv, broker),
+    ):
+        proxy = Process(
+            cli("proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--namesrv", namesrv.address)
+        )
+        pids = {"proxy": proxy.popen.pid, "broker": broker.popen.pid}
         try:
-            asyncio.run(_measure(namesrv, proxy.address, emit, messages, in_flight))
+            asyncio.run(
+                _measure(
+                    namesrv.address, proxy.address, pids, emit, messages, in_flight, clients, Path(java_dir)
+                )
+            )
         finally:
             proxy.stop()

@@ -172,14 +172,30 @@ def bench_e2e(
     "--in-flight", default=16, show_default=True, type=click.IntRange(1, 1_024), help="Sends outstanding."
 )
 @click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
-def bench_v2(as_json: bool, messages: int, in_flight: int, work_dir: Path | None) -> None:
-    """The official Apache RocketMQ 5 Python client through orbitmq proxy, against orbitmq's own client."""
+@click.option(
+    "--clients",
+    default="python,java",
+    show_default=True,
+    help="Official clients to measure: python (rocketmq-python-client), java (rocketmq-client-java, "
+    "needs java and mvn).",
+)
+def bench_v2(as_json: bool, messages: int, in_flight: int, work_dir: Path | None, clients: str) -> None:
+    """The official Apache RocketMQ 5 clients through orbitmq proxy, against orbitmq's own client."""
     from orbitmq.bench.figures import emit
-    from orbitmq.bench.v2 import run
+    from orbitmq.bench.v2 import CLIENTS, run
     from orbitmq.cli.progress import activity, wanted
 
+    chosen = tuple(name.strip() for name in clients.split(",") if name.strip())
+    if not chosen or set(chosen) - set(CLIENTS):
+        raise click.BadParameter(f"{clients!r}: one or more of {', '.join(CLIENTS)}", param_hint="--clients")
     with activity("benchmarking the RocketMQ 5 protocol", enabled=wanted(as_json)) as echo:
-        run(lambda f: emit(f, as_json, echo), messages=messages, in_flight=in_flight, work_dir=work_dir)
+        run(
+            lambda f: emit(f, as_json, echo),
+            messages=messages,
+            in_flight=in_flight,
+            work_dir=work_dir,
+            clients=chosen,
+        )
 
 
 @bench.command("peer")
