@@ -15,6 +15,9 @@ Lanes:
 * an ordered lane per (topic, broker, queue) for sends with a sharding key or an explicit
   queue: one call at a time, messages in the order their sends were called, and a failed call's
   messages retried before anything behind them, so per-queue and per-key order holds.
+* messages born elsewhere (:attr:`Message.born_host`: the RocketMQ 5 proxy's, each its client's
+  address) have these lanes per born host, since a call carries one born host: concurrent sends
+  of one client share calls, sends of different clients do not.
 
 Each message keeps its own result, budget and retries: the reply's i-th id and queue offset
 ``first + i`` are its own; after a retriable failure each message is retried while its own
