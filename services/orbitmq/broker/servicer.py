@@ -549,6 +549,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             max_attempts=request.max_delivery_attempts or group.retry_max_times + 1,
             message_filter=message_filter,
             wait_ms=max(0, min(request.poll_time_ms, b.settings.max_suspend_ms)),
+            from_first=group.consume_from_min_enable,
         )
         b.metrics.observe_pull(
             request.consumer_group, request.topic, len(popped), time.perf_counter() - started
@@ -851,7 +852,9 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             config = SubscriptionGroupConfig(
                 group_name=g.group_name,
                 consume_enable=g.consume_enable,
-                consume_from_min_enable=g.consume_from_min_enable,
+                consume_from_min_enable=(
+                    g.consume_from_min_enable if g.HasField("consume_from_min_enable") else True
+                ),
                 consume_broadcast_enable=g.consume_broadcast_enable,
                 retry_queue_nums=g.retry_queue_nums or 1,
                 retry_max_times=g.retry_max_times if g.HasField("retry_max_times") else 16,

@@ -59,6 +59,15 @@ def group() -> None:
     help="Whether members may consume at all: pulls and POP receives are refused with "
     "NO_PERMISSION while it is off (consumeEnable, -s).",
 )
+@click.option(
+    "--consume-from",
+    type=click.Choice(["first", "last"]),
+    default="first",
+    show_default=True,
+    help="Where a RocketMQ 5 consumer (POP, through orbitmq proxy) of the group begins a queue it "
+    "never received from: the first message kept, or the next one sent (consumeFromMinEnable, -m). "
+    "orbitmq's own consumers choose with their consume_from setting.",
+)
 @click.option("--cluster", help="Every master of this cluster (default: every master).")
 @common
 def group_create(
@@ -70,6 +79,7 @@ def group_create(
     retry_queues: int,
     broadcast: bool,
     consume_enable: bool,
+    consume_from: str,
     cluster: str | None,
 ) -> None:
     """Create or update a subscription group on every master (RocketMQ updateSubGroup).
@@ -83,6 +93,7 @@ def group_create(
             orderly=fifo,
             consume_enable=consume_enable,
             retry_queue_nums=retry_queues,
+            consume_from_first=consume_from == "first",
             cluster=cluster,
         ),
         namesrv,
@@ -93,6 +104,7 @@ def group_create(
         "retry_queues": retry_queues,
         "broadcast_allowed": broadcast,
         "consume_enabled": consume_enable,
+        "consume_from": consume_from,
     }
     emit_object({"group": name, **settings, "brokers": brokers}, as_json)
 
@@ -122,10 +134,19 @@ def group_list(namesrv: str, as_json: bool) -> None:
                 "orderly": g.consume_message_orderly,
                 "retry_queues": g.retry_queue_nums,
                 "consume_enabled": g.consume_enable,
+                "consume_from": "first" if g.consume_from_min_enable else "last",
             }
             for _, g in sorted(groups.items())
         ],
-        ["group", "retry_max", "broadcast_allowed", "orderly", "retry_queues", "consume_enabled"],
+        [
+            "group",
+            "retry_max",
+            "broadcast_allowed",
+            "orderly",
+            "retry_queues",
+            "consume_enabled",
+            "consume_from",
+        ],
         as_json,
     )
 

@@ -260,16 +260,19 @@ class Admin:
         cluster: str | None = None,
         consume_enable: bool = True,
         retry_queue_nums: int = 1,
+        consume_from_first: bool = True,
     ) -> list[str]:
         """Create (or overwrite) a subscription group on every master (of ``cluster``);
         returns the brokers' addresses. ``orderly``: its members consume orderly (FIFO for
         RocketMQ 5 clients). ``consume_enable`` False: the brokers refuse its pulls and POP
-        receives. ``retry_queue_nums``: queues of its ``%RETRY%`` topic when that is created."""
+        receives. ``retry_queue_nums``: queues of its ``%RETRY%`` topic when that is created.
+        ``consume_from_first`` False: a RocketMQ 5 (POP) consumer of the new group begins each
+        queue at the next message sent, not the first kept (``consumeFromMinEnable``)."""
         validate_group_name(group)
         config = broker_pb2.SubscriptionGroupConfig(
             group_name=group,
             consume_enable=consume_enable,
-            consume_from_min_enable=True,
+            consume_from_min_enable=consume_from_first,
             consume_broadcast_enable=consume_broadcast_enable,
             retry_queue_nums=retry_queue_nums,
             retry_max_times=retry_max_times,

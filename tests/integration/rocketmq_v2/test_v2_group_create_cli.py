@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
 from rocketmq.grpc_protocol import service_pb2_grpc
-from v2kit import V2Cluster, v2_cluster
+from v2kit import V2Cluster, call, message, official_producer, official_simple_consumer, v2_cluster
 
 from orbitmq.cli.main import main
 from orbitmq.client.admin import Admin
@@ -138,3 +138,45 @@ def test_out_of_range_group_settings_are_refused_naming_the_value_and_the_rule(
 ) -> None:
     result = CliRunner().invoke(main, ["admin", "group", "create", "--group", "g", *args])
     assert result.exit_code == 2 and said in result.output, result.output
+
+
+async def test_consume_from_last_gives_a_new_official_consumer_only_what_is_sent_after_it_began(
+    tmp_path: Path,
+) -> None:
+    """``--consume-from last`` (RocketMQ's ``consumeFromMinEnable`` off): an official
+    SimpleConsumer of the new group does not see the backlog sent before its first receive, a
+    ``first`` group (the default) does; both are listed with their setting."""
+    async with v2_cluster(tmp_path) as cluster:
+        ns = ("--namesrv", cluster.namesrv.address)
+        for group, start in (("g-last", "last"), ("g-first", "first")):
+            code, out = await cli("admin", "group", "create", "--group", group, "--consume-from", start, *ns)
+            assert code == 0, out
+        code, out = await cli(
+            "admin",
+            "topic",
+            "create",
+            "--topic",
+            "FromLast",
+            "--read-queues",
+            "1",
+            "--write-queues",
+            "1",
+            *ns,
+        )
+        assert code == 0, out
+        async with official_producer(cluster.endpoint, ["FromLast"]) as producer:
+            for i in range(3):
+                await call(producer.send, message("FromLast", f"backlog-{i}".encode()))
+            async with official_simple_consumer(cluster.endpoint, "g-last", ["FromLast"], await_s=1) as last:
+                assert await call(last.receive, 16, 30) == []  # begins here: the backlog is not its
+                await call(producer.send, message("FromLast", b"after"))
+                got = await call(last.receive, 16, 30)
+                assert [m.body for m in got] == [b"after"]
+            async with official_simple_consumer(
+                cluster.endpoint, "g-first", ["FromLast"], await_s=1
+            ) as first:
+                bodies = [m.body for m in await call(first.receive, 16, 30)]
+        assert bodies == [b"backlog-0", b"backlog-1", b"backlog-2", b"after"]
+        code, out = await cli("admin", "group", "list", "--json", *ns)
+        rows = {r["group"]: r["consume_from"] for r in json.loads(out)}
+        assert (rows["g-last"], rows["g-first"]) == ("last", "first")

@@ -196,3 +196,27 @@ async def test_long_polling_pop_wakes_when_an_invisible_message_becomes_visible(
     assert [(p.message.body, p.attempt) for p in again] == [(b"m0", 2)]
     assert 0.2 < time.monotonic() - started < 2
     assert pop.revives[GROUP, TOPIC] == 1 and pop.state.in_flight_by_topic() == {(GROUP, TOPIC): 1}
+
+
+async def test_a_group_from_last_begins_at_the_next_message_and_keeps_that_start_across_a_reopen(
+    stores: Callable[[], MessageStore], clock: ManualClock
+) -> None:
+    """``consumeFromMinEnable`` off (``admin group create --consume-from last``): a new group
+    gets only messages sent after its first receive, and the start is recorded, so messages
+    sent while the broker was down are not skipped by a start recomputed at the new end."""
+    store = stores()
+    _fill(store, "a", "a", "a")
+    pop = _service(store, clock)
+    assert await pop.pop(GROUP, TOPIC, 0, 8, INVISIBLE, from_first=False) == []
+    assert [p.message.body for p in await pop.pop("from-first", TOPIC, 0, 8, INVISIBLE)] == [
+        b"m0",
+        b"m1",
+        b"m2",
+    ]
+    store.close()
+
+    store = stores()
+    store.put_message(message(TOPIC, b"while-away", TAGS="a"))
+    store.dispatch_pending()
+    popped = await _service(store, clock).pop(GROUP, TOPIC, 0, 8, INVISIBLE, from_first=False)
+    assert [(p.message.body, p.message.queue_offset) for p in popped] == [(b"while-away", 3)]

@@ -3,6 +3,7 @@
 One record per message, compact JSON with a type letter, so a record is readable with
 ``orbitmq admin`` message tools and a newer broker can add fields::
 
+    {"v":1,"t":"B","g":"group","tp":"topic","q":0,"o":offset}            began at offset
     {"v":1,"t":"D","g":"group","tp":"topic","q":0,"e":[[offset,attempt,lease],...],"u":until_ms}
     {"v":1,"t":"A","g":..,"tp":..,"q":..,"o":offset,"l":lease}          ack
     {"v":1,"t":"S","g":..,"tp":..,"q":..,"os":[offset,...]}             skipped (filtered out)
@@ -25,6 +26,7 @@ from orbitmq.broker.pop.state import (
     PopState,
     Record,
     Skipped,
+    Started,
 )
 
 POP_LOG_TOPIC = "RMQ_SYS_POP_LOG"
@@ -38,7 +40,9 @@ class PopRecordError(ValueError):
 def encode(record: Record) -> bytes:
     key = record.key
     data: dict[str, Any] = {"v": VERSION, "g": key.group, "tp": key.topic, "q": key.queue_id}
-    if isinstance(record, Delivered):
+    if isinstance(record, Started):
+        data.update(t="B", o=record.offset)
+    elif isinstance(record, Delivered):
         data.update(t="D", e=[list(e) for e in record.entries], u=record.invisible_until_ms)
     elif isinstance(record, Acked):
         data.update(t="A", o=record.offset, l=record.lease)
@@ -77,6 +81,8 @@ def decode(body: bytes) -> Record | PopState:
         if kind == "N":
             return PopState.from_snapshot(data["s"])
         key = PopKey(data["g"], data["tp"], int(data["q"]))
+        if kind == "B":
+            return Started(key, int(data["o"]))
         if kind == "D":
             return Delivered(
                 key, tuple((int(o), int(a), int(lease)) for o, a, lease in data["e"]), int(data["u"])
@@ -93,7 +99,7 @@ def decode(body: bytes) -> Record | PopState:
         raise
     except (ValueError, KeyError, TypeError) as error:
         raise PopRecordError(f"POP record {body[:80]!r} is malformed: {error!r}") from None
-    raise PopRecordError(f"POP record type {kind!r} is not known (D, A, S, C, X, N)")
+    raise PopRecordError(f"POP record type {kind!r} is not known (B, D, A, S, C, X, N)")
 
 
 def replay(bodies: list[bytes]) -> PopState:

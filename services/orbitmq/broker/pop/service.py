@@ -189,6 +189,7 @@ class PopService:
         max_attempts: int = 17,
         message_filter: MessageFilter | None = None,
         wait_ms: int = 0,
+        from_first: bool = True,
     ) -> list[Popped]:
         """Up to ``max_nums`` messages from the queues ``queue_ids`` (a v2 receive names a topic,
         not a queue): the queues are tried in turn from one after the last that answered, so
@@ -209,6 +210,7 @@ class PopService:
                     fifo,
                     max_attempts,
                     message_filter,
+                    from_first,
                 )
                 unscanned |= more
                 if got:
@@ -241,6 +243,7 @@ class PopService:
         max_attempts: int = 17,
         message_filter: MessageFilter | None = None,
         wait_ms: int = 0,
+        from_first: bool = True,
     ) -> list[Popped]:
         """Up to ``max_nums`` messages of one queue, invisible for ``invisible_ms``.
 
@@ -252,7 +255,7 @@ class PopService:
         key = PopKey(group, topic, queue_id)
         while True:
             popped, more = await self._pop_once(
-                key, max_nums, invisible_ms, fifo, max_attempts, message_filter
+                key, max_nums, invisible_ms, fifo, max_attempts, message_filter, from_first
             )
             remaining_s = deadline - time.monotonic()
             if popped or remaining_s <= 0:
@@ -274,15 +277,20 @@ class PopService:
         fifo: bool,
         max_attempts: int,
         message_filter: MessageFilter | None,
+        from_first: bool,
     ) -> tuple[list[Popped], bool]:
         """One look at the queue: what it hands out, and whether a filter's scan stopped short
-        of the queue's end (the caller looks again at once rather than waiting for an append)."""
+        of the queue's end (the caller looks again at once rather than waiting for an append).
+        A group's first look begins it at the queue's first message kept, or (``from_first``
+        False: RocketMQ's ``consumeFromMinEnable`` off) at the next message to arrive."""
         group, topic, queue_id = key
-        self.state.start_at(key, self._store.min_offset_in_queue(topic, queue_id))
-        now = self._clock.now_ms()
         max_offset = self._store.max_offset_in_queue(topic, queue_id)
-        plan = self.state.plan(key, now, max_nums, max_offset, fifo=fifo, max_attempts=max_attempts)
         pending: list[Record] = []
+        if not self.state.started(key):
+            first = self._store.min_offset_in_queue(topic, queue_id) if from_first else max_offset
+            pending.append(self.state.start_at(key, first))
+        now = self._clock.now_ms()
+        plan = self.state.plan(key, now, max_nums, max_offset, fifo=fifo, max_attempts=max_attempts)
         # Everything up to the first await changes the state in one step of the event loop, so
         # a concurrent pop of the queue plans on the result. Dead letters are claimed (made
         # invisible for a while) first and marked done only once stored in the DLQ topic: one

@@ -57,6 +57,16 @@ class Acked:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """Where a group begins in a queue it never popped: the queue's first offset kept, or its
+    next one for a group created ``--consume-from last``. Recorded so that a restart resumes
+    from there, not from wherever the queue's ends have moved to meanwhile."""
+
+    key: PopKey
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Skipped:
     """Offsets done without delivery (the group's filter does not match them)."""
 
@@ -84,7 +94,7 @@ class DeadLettered:
     lease: int
 
 
-Record = Delivered | Acked | Skipped | Changed | DeadLettered
+Record = Started | Delivered | Acked | Skipped | Changed | DeadLettered
 
 
 class AckOutcome(Enum):
@@ -167,11 +177,14 @@ class PopState:
     def keys(self) -> list[PopKey]:
         return sorted(self._queues)
 
-    def start_at(self, key: PopKey, offset: int) -> None:
-        """Where a group that never popped this queue starts (its committed offset, or the
-        queue's minimum); a no-op once it has state."""
-        if key not in self._queues:
-            self._queues[key] = QueuePop(floor=offset, frontier=offset)
+    def started(self, key: PopKey) -> bool:
+        return key in self._queues
+
+    def start_at(self, key: PopKey, offset: int) -> Started:
+        """Begin a group that never popped this queue at ``offset``; the record to persist."""
+        record = Started(key, offset)
+        self.apply(record)
+        return record
 
     # -- decisions ------------------------------------------------------------------------------
 
@@ -287,6 +300,10 @@ class PopState:
         """Apply ``record``. Records older than the state (a replay that starts before a
         snapshot's position) are harmless: replaying the rest of the log in order ends in the
         same state, since later records carry the later leases."""
+        if isinstance(record, Started):
+            if record.key not in self._queues:  # a start only ever begins a queue's state
+                self._queues[record.key] = QueuePop(floor=record.offset, frontier=record.offset)
+            return
         state = self.queue(record.key)
         if isinstance(record, Delivered):
             for offset, attempt, lease in record.entries:
