@@ -78,7 +78,12 @@ final class Clients {
         event.addProperty("born_timestamp", message.getBornTimestamp());
         event.addProperty("delivery_timestamp", message.getDeliveryTimestamp().orElse(null));
         event.addProperty("delivery_attempt", message.getDeliveryAttempt());
-        event.addProperty("corrupted", message instanceof MessageViewImpl impl && impl.isCorrupted());
+        if (message instanceof MessageViewImpl impl) {
+            event.addProperty("corrupted", impl.isCorrupted());
+            // when the proxy sent it (epoch ms): what the client's latency figures start from
+            event.addProperty("transport_delivery_timestamp", impl.getTransportDeliveryTimestamp().orElse(null));
+        }
+        event.addProperty("received_epoch_ms", System.currentTimeMillis());
         return event;
     }
 

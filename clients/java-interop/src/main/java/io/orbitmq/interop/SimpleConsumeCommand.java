@@ -20,7 +20,10 @@ import org.apache.rocketmq.client.apis.message.MessageView;
  * --first-attempt ack|ignore|change:MS (default ack), --idle-ms (stop after this long without a
  * message; default 15000), --settle-ms (go on receiving this long after --count, to show
  * nothing more comes), --with-bodies. Events: "started", "received" (the message, see
- * {@link Clients#view}), "acked", "changed" (invisible_ms), "ack_failed"/"change_failed", "summary".
+ * {@link Clients#view}, with receive_started_ms: when the receive that got it began), "acked" and
+ * "changed" (invisible_ms; both with call_started_ms), "ack_failed"/"change_failed", "summary".
+ * A message's invisible time starts between its receive's start and its "received" event, a
+ * change's between its call's start and its "changed" event.
  */
 final class SimpleConsumeCommand {
     private SimpleConsumeCommand() {
@@ -55,11 +58,14 @@ final class SimpleConsumeCommand {
         long settleUntil = Long.MAX_VALUE;
         try (consumer) {
             while (System.nanoTime() < settleUntil && System.nanoTime() - lastMessage < idleMs * 1_000_000) {
+                long receiveStarted = Output.elapsedMillis();
                 List<MessageView> messages = consumer.receive(batch, invisible);
                 for (MessageView message : messages) {
                     received++;
                     lastMessage = System.nanoTime();
-                    Output.emit(Clients.view("received", message, withBodies));
+                    JsonObject event = Clients.view("received", message, withBodies);
+                    event.addProperty("receive_started_ms", receiveStarted);
+                    Output.emit(event);
                     String id = message.getMessageId().toString();
                     if (message.getDeliveryAttempt() == 1 && firstAttempt.equals("ignore")) {
                         continue; // left to expire
@@ -89,6 +95,7 @@ final class SimpleConsumeCommand {
     }
 
     private static boolean answer(String done, String id, Duration invisible, Call call) {
+        long started = Output.elapsedMillis();
         try {
             call.call();
         } catch (Exception e) {
@@ -99,6 +106,7 @@ final class SimpleConsumeCommand {
         }
         JsonObject event = Output.event(done);
         event.addProperty("message_id", id);
+        event.addProperty("call_started_ms", started);
         if (invisible != null) {
             event.addProperty("invisible_ms", invisible.toMillis());
         }
