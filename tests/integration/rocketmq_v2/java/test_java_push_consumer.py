@@ -120,6 +120,7 @@ async def test_fifo_push_consumer_keeps_message_group_order_and_retries_in_place
                     group_name=FIFO_GROUP,
                     consume_enable=True,
                     consume_message_orderly=True,
+                    consume_from_min_enable=True,  # begins at the first message, sent before it starts
                     retry_max_times=2,
                 )
             )
