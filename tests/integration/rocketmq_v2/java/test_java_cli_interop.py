@@ -19,6 +19,7 @@ import pytest
 from javakit import body_of, spec
 from v2kit import v2_cluster
 
+from orbitmq.client import Admin
 from orbitmq.interop import java_client
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,19 +41,25 @@ async def cli(*args: str) -> list[dict[str, Any]]:
 
 
 async def test_cli_produce_is_consumed_by_the_java_push_consumer(tmp_path: Path) -> None:
-    """orbitmq's producer (``orbitmq produce``) to the broker, the Java PushConsumer through the
-    proxy: the proxy's ReceiveMessage carries the body, TAGS as the tag, KEYS as keys, user
-    properties, UNIQ_KEY as the message id and the producer's address as born host."""
+    """orbitmq's producer (``orbitmq produce``) to the broker while a Java PushConsumer waits in
+    long polling through the proxy: its ReceiveMessage wakes up with the body, TAGS as the tag,
+    KEYS as keys, user properties, UNIQ_KEY as the message id and the producer's address as born
+    host."""
     async with v2_cluster(tmp_path / "cluster") as cluster:
-        produced = await cli(
-            "produce", "--namesrv", cluster.namesrv.address, "--topic", "JFromCli", "--count", "20",
-            "--body", "cli-{i}", "--tag", "TagA", "--key", "k{i}", "--property", "color=red",
-        )  # fmt: skip
-        assert (produced[-1]["summary"]["sent"], produced[-1]["summary"]["failed"]) == (20, 0)
-        consumed = await java_client.run(
+        async with Admin(cluster.namesrv.address) as admin:  # routed, so the consumer is assigned at once
+            await admin.create_topic("JFromCli", read_queue_nums=4, write_queue_nums=4)
+        async with java_client.JavaClient(
             tmp_path / "java", "push-consume", endpoint=cluster.endpoint, group="j-from-cli",
             topic="JFromCli", count=20, settle_ms=1_000, with_bodies=True,
-        )  # fmt: skip
+        ) as consumer:  # fmt: skip
+            await consumer.started()
+            await asyncio.sleep(1.0)  # its receives are long polls waiting by now
+            produced = await cli(
+                "produce", "--namesrv", cluster.namesrv.address, "--topic", "JFromCli", "--count", "20",
+                "--body", "cli-{i}", "--tag", "TagA", "--key", "k{i}", "--property", "color=red",
+            )  # fmt: skip
+            assert (produced[-1]["summary"]["sent"], produced[-1]["summary"]["failed"]) == (20, 0)
+            consumed = await consumer.finish()
     sent_ids = {record["msg_id"]: i for i, record in enumerate(produced[:-1])}
     deliveries = consumed.of("consumed")
     assert sorted(e["message_id"] for e in deliveries) == sorted(sent_ids)
