@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from v2kit import Checker, TransactionResolution, V2Cluster, call, message, official_producer, v2_cluster
+from v2kit import (
+    Checker,
+    TransactionResolution,
+    V2Cluster,
+    assert_message_groups_in_order,
+    call,
+    message,
+    official_producer,
+    v2_cluster,
+)
 
 from orbitmq.common.topics import split_keys
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
@@ -82,12 +91,7 @@ async def test_send_message_fifo_message_group_keeps_order_in_one_queue(cluster:
                 await call(producer.send, sent)
     received = await cluster.receive("V2Fifo", 30)
     assert len(received) == 30
-    for group in groups:
-        mine = [m for m in received if m.properties.get("__SHARDINGKEY") == group]
-        assert len({m.queue_id for m in mine}) == 1, f"group {group} spread over queues"
-        assert [m.body for m in sorted(mine, key=lambda m: m.queue_offset)] == [
-            f"{group}:{seq}".encode() for seq in range(10)
-        ]
+    assert_message_groups_in_order(received, groups, 10)
 
 
 async def test_send_message_delay_is_delivered_at_its_delivery_timestamp(cluster: V2Cluster) -> None:

@@ -209,3 +209,14 @@ def message(
 async def call(function: Callable[..., Any], *args: Any) -> Any:
     """Call the official client (blocking) off the event loop."""
     return await asyncio.to_thread(function, *args)
+
+
+def assert_message_groups_in_order(received: list[StoredMessage], groups: list[str], per_group: int) -> None:
+    """FIFO sends of ``groups`` (bodies ``<group>:<seq>``) as stored: each message group (the
+    sharding key) in one queue, in send order."""
+    for group in groups:
+        mine = [m for m in received if m.properties.get("__SHARDINGKEY") == group]
+        assert len({m.queue_id for m in mine}) == 1, f"group {group} spread over queues"
+        assert [m.body for m in sorted(mine, key=lambda m: m.queue_offset)] == [
+            f"{group}:{seq}".encode() for seq in range(per_group)
+        ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from javakit import sha256, spec
-from v2kit import V2Cluster, v2_cluster
+from v2kit import V2Cluster, assert_message_groups_in_order, v2_cluster
 
 from orbitmq.common.topics import split_keys
 from orbitmq.interop import java_client
@@ -75,12 +75,7 @@ async def test_send_fifo_keeps_each_message_group_in_one_queue_in_order(
     assert events.summary["sent"] == 30
     received = await cluster.receive("JFifo", 30)
     assert len(received) == 30
-    for group in groups:
-        mine = [m for m in received if m.properties.get("__SHARDINGKEY") == group]
-        assert len({m.queue_id for m in mine}) == 1, f"group {group} spread over queues"
-        assert [m.body for m in sorted(mine, key=lambda m: m.queue_offset)] == [
-            f"{group}:{seq}".encode() for seq in range(10)
-        ]
+    assert_message_groups_in_order(received, groups, 10)
 
 
 async def test_send_delay_is_delivered_at_its_delivery_timestamp(cluster: V2Cluster, tmp_path: Path) -> None:
