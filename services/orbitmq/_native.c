@@ -42,6 +42,7 @@
 #define MESSAGE_BODY 2     /* Message.body */
 #define MESSAGE_PROPS 3    /* Message.properties (map entries: key = 1, value = 2) */
 #define MESSAGE_FLAG 4     /* Message.flag */
+#define MESSAGE_BORN_HOST 5 /* Message.born_host: a per-message born host, stored by the Python path */
 
 #define MESSAGE_MAGIC 0xDAA320A7u
 #define HEADER_BYTES 112
@@ -378,6 +379,8 @@ static const char *scan_message(const uint8_t *base, const Field *m, const Field
                 return "wire";
             out->flag = (int32_t)(uint32_t)f.value; /* int32 on the wire: sign-extended varint */
             break;
+        case MESSAGE_BORN_HOST: /* the records here take the request's born host: not this one */
+            return "born_host";
         default: /* a field this broker does not know: ignored, as protobuf ignores it */
             break;
         }
@@ -1946,6 +1949,7 @@ static const struct {
     {"MESSAGE_BODY", MESSAGE_BODY},
     {"MESSAGE_PROPERTIES", MESSAGE_PROPS},
     {"MESSAGE_FLAG", MESSAGE_FLAG},
+    {"MESSAGE_BORN_HOST", MESSAGE_BORN_HOST},
     {"MESSAGE_MAGIC", (long)MESSAGE_MAGIC},
     {"HEADER_BYTES", HEADER_BYTES},
     {"SHARED_POSITION", SHARED_POS},

@@ -75,6 +75,7 @@ def _agrees(module: ModuleType) -> str | None:
         "MESSAGE_BODY": message["body"].number,
         "MESSAGE_PROPERTIES": message["properties"].number,
         "MESSAGE_FLAG": message["flag"].number,
+        "MESSAGE_BORN_HOST": message["born_host"].number,
         "MESSAGE_MAGIC": record.MESSAGE_MAGIC,
         "HEADER_BYTES": record.HEADER_BYTES,
         "SHARED_POSITION": record.SHARED_POSITION,

@@ -199,6 +199,10 @@ def _duplicate_key_message() -> bytes:
         ),
         (_request(_message()) + b"\x22\x05\x12\x09abc", "a body longer than its message"),
         (_request(_message()) + b"\x23", "a group wire type"),
+        (
+            _request(_message(), common_pb2.Message(body=b"x", born_host="10.0.0.7:4321")),
+            "a message's own born host (the records here take the request's)",
+        ),
     ],
 )
 def test_what_the_scanner_leaves_to_the_python_path(data: bytes, why: str) -> None:
@@ -207,7 +211,7 @@ def test_what_the_scanner_leaves_to_the_python_path(data: bytes, why: str) -> No
 
 def test_unknown_fields_are_skipped_as_protobuf_skips_them() -> None:
     message = _message(b"xyz", TAGS="T").SerializeToString()
-    extra = b"\x28\x96\x01" + b"\x31" + bytes(8) + b"\x3d" + bytes(4) + b"\x42\x02hi"  # fields 5..8
+    extra = b"\x30\x96\x01" + b"\x39" + bytes(8) + b"\x45" + bytes(4) + b"\x4a\x02hi"  # fields 6..9
     data = broker_pb2.SendMessageRequest(topic="TopicA").SerializeToString()
     data += b"\x22" + bytes([len(message + extra)]) + message + extra + b"\x50\x01"  # and field 10
     scanned = scan_send(data, DETOUR)

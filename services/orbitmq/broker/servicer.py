@@ -86,6 +86,7 @@ _TOPIC_OF = attrgetter("topic")
 _BODY_OF = attrgetter("body")
 _FLAG_OF = attrgetter("flag")
 _PROPERTIES_OF = attrgetter("properties")
+_BORN_HOST_OF = attrgetter("born_host")
 
 
 def _parse_send(data: bytes) -> broker_pb2.SendMessageRequest:
@@ -217,8 +218,13 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             properties = _properties(protos)
             _check_sent_properties(properties)
             count, transaction_id = len(protos), properties[0].get(Property.UNIQ_KEY)
-            if not request.sys_flag and all(map(_DETOUR_KEYS.isdisjoint, properties)):
-                # No message detours, so the batch is stored column by column.
+            if (
+                not request.sys_flag
+                and all(map(_DETOUR_KEYS.isdisjoint, properties))
+                and not any(map(_BORN_HOST_OF, protos))
+            ):
+                # No message detours or has a born host of its own (a MessageBatch has one for
+                # all), so the batch is stored column by column.
                 result = await b.put_batch(self._columns(request, queue_id, born, properties, protos))
             else:
                 result = await b.put(self._inbound(request, queue_id, born, properties, protos))
@@ -277,7 +283,9 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         properties: list[dict[str, str]],
         protos: list[common_pb2.Message],
     ) -> list[InboundMessage]:
-        """The messages of a send one by one, delayed and prepared ones routed to their detours."""
+        """The messages of a send one by one, delayed and prepared ones routed to their detours,
+        each born at its own born host if it names one (the proxy's coalesced sends of several
+        clients), else at the send's."""
         messages = []
         for message, props in zip(protos, properties, strict=True):
             inbound = InboundMessage(
@@ -288,7 +296,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
                 message.flag,
                 request.sys_flag,
                 born[1],
-                born[0],
+                message.born_host or born[0],
                 request.reconsume_times,
             )
             if request.sys_flag or not _DETOUR_KEYS.isdisjoint(props):

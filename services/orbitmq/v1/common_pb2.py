@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17orbitmq/v1/common.proto\x12\norbitmq.v1\"\xa0\x01\n\x07Message\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x37\n\nproperties\x18\x03 \x03(\x0b\x32#.orbitmq.v1.Message.PropertiesEntry\x12\x0c\n\x04\x66lag\x18\x04 \x01(\x05\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x0cMessageQueue\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"\xe1\x01\n\x0bTopicConfig\x12\x12\n\ntopic_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\r\n\x05order\x18\x05 \x01(\x08\x12;\n\nattributes\x18\x06 \x03(\x0b\x32\'.orbitmq.v1.TopicConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"a\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\"\xa5\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12=\n\x0c\x62roker_addrs\x18\x03 \x03(\x0b\x32\'.orbitmq.v1.BrokerData.BrokerAddrsEntry\x1a\x32\n\x10\x42rokerAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8a\x01\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12*\n\x0bqueue_datas\x18\x02 \x03(\x0b\x32\x15.orbitmq.v1.QueueData\x12,\n\x0c\x62roker_datas\x18\x03 \x03(\x0b\x32\x16.orbitmq.v1.BrokerData\x12\x13\n\x0border_topic\x18\x04 \x01(\x08\"4\n\x0b\x44\x61taVersion\x12\x14\n\x0ctimestamp_ms\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"w\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nexpression\x18\x02 \x01(\t\x12\x33\n\x0f\x65xpression_type\x18\x03 \x01(\x0e\x32\x1a.orbitmq.v1.ExpressionType\x12\x0f\n\x07version\x18\x04 \x01(\x03*\xe4\x01\n\nPermission\x12\x1a\n\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PERMISSION_INHERIT\x10\x01\x12\x14\n\x10PERMISSION_WRITE\x10\x02\x12\x1c\n\x18PERMISSION_WRITE_INHERIT\x10\x03\x12\x13\n\x0fPERMISSION_READ\x10\x04\x12\x1b\n\x17PERMISSION_READ_INHERIT\x10\x05\x12\x19\n\x15PERMISSION_READ_WRITE\x10\x06\x12!\n\x1dPERMISSION_READ_WRITE_INHERIT\x10\x07*O\n\x0cMessageModel\x12\x1d\n\x19MESSAGE_MODEL_UNSPECIFIED\x10\x00\x12\x0e\n\nCLUSTERING\x10\x01\x12\x10\n\x0c\x42ROADCASTING\x10\x02*X\n\x0b\x43onsumeType\x12\x1c\n\x18\x43ONSUME_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43ONSUME_PASSIVELY\x10\x01\x12\x14\n\x10\x43ONSUME_ACTIVELY\x10\x02*\x8f\x01\n\x10\x43onsumeFromWhere\x12\"\n\x1e\x43ONSUME_FROM_WHERE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONSUME_FROM_LAST_OFFSET\x10\x01\x12\x1d\n\x19\x43ONSUME_FROM_FIRST_OFFSET\x10\x02\x12\x1a\n\x16\x43ONSUME_FROM_TIMESTAMP\x10\x03*E\n\x0e\x45xpressionType\x12\x1f\n\x1b\x45XPRESSION_TYPE_UNSPECIFIED\x10\x00\x12\x07\n\x03TAG\x10\x01\x12\t\n\x05SQL92\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17orbitmq/v1/common.proto\x12\norbitmq.v1\"\xb3\x01\n\x07Message\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x37\n\nproperties\x18\x03 \x03(\x0b\x32#.orbitmq.v1.Message.PropertiesEntry\x12\x0c\n\x04\x66lag\x18\x04 \x01(\x05\x12\x11\n\tborn_host\x18\x05 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x0cMessageQueue\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"\xe1\x01\n\x0bTopicConfig\x12\x12\n\ntopic_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\r\n\x05order\x18\x05 \x01(\x08\x12;\n\nattributes\x18\x06 \x03(\x0b\x32\'.orbitmq.v1.TopicConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"a\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\"\xa5\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12=\n\x0c\x62roker_addrs\x18\x03 \x03(\x0b\x32\'.orbitmq.v1.BrokerData.BrokerAddrsEntry\x1a\x32\n\x10\x42rokerAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8a\x01\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12*\n\x0bqueue_datas\x18\x02 \x03(\x0b\x32\x15.orbitmq.v1.QueueData\x12,\n\x0c\x62roker_datas\x18\x03 \x03(\x0b\x32\x16.orbitmq.v1.BrokerData\x12\x13\n\x0border_topic\x18\x04 \x01(\x08\"4\n\x0b\x44\x61taVersion\x12\x14\n\x0ctimestamp_ms\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"w\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nexpression\x18\x02 \x01(\t\x12\x33\n\x0f\x65xpression_type\x18\x03 \x01(\x0e\x32\x1a.orbitmq.v1.ExpressionType\x12\x0f\n\x07version\x18\x04 \x01(\x03*\xe4\x01\n\nPermission\x12\x1a\n\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PERMISSION_INHERIT\x10\x01\x12\x14\n\x10PERMISSION_WRITE\x10\x02\x12\x1c\n\x18PERMISSION_WRITE_INHERIT\x10\x03\x12\x13\n\x0fPERMISSION_READ\x10\x04\x12\x1b\n\x17PERMISSION_READ_INHERIT\x10\x05\x12\x19\n\x15PERMISSION_READ_WRITE\x10\x06\x12!\n\x1dPERMISSION_READ_WRITE_INHERIT\x10\x07*O\n\x0cMessageModel\x12\x1d\n\x19MESSAGE_MODEL_UNSPECIFIED\x10\x00\x12\x0e\n\nCLUSTERING\x10\x01\x12\x10\n\x0c\x42ROADCASTING\x10\x02*X\n\x0b\x43onsumeType\x12\x1c\n\x18\x43ONSUME_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43ONSUME_PASSIVELY\x10\x01\x12\x14\n\x10\x43ONSUME_ACTIVELY\x10\x02*\x8f\x01\n\x10\x43onsumeFromWhere\x12\"\n\x1e\x43ONSUME_FROM_WHERE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONSUME_FROM_LAST_OFFSET\x10\x01\x12\x1d\n\x19\x43ONSUME_FROM_FIRST_OFFSET\x10\x02\x12\x1a\n\x16\x43ONSUME_FROM_TIMESTAMP\x10\x03*E\n\x0e\x45xpressionType\x12\x1f\n\x1b\x45XPRESSION_TYPE_UNSPECIFIED\x10\x00\x12\x07\n\x03TAG\x10\x01\x12\t\n\x05SQL92\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,36 +37,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_options = b'8\001'
   _globals['_BROKERDATA_BROKERADDRSENTRY']._loaded_options = None
   _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_options = b'8\001'
-  _globals['_PERMISSION']._serialized_start=1084
-  _globals['_PERMISSION']._serialized_end=1312
-  _globals['_MESSAGEMODEL']._serialized_start=1314
-  _globals['_MESSAGEMODEL']._serialized_end=1393
-  _globals['_CONSUMETYPE']._serialized_start=1395
-  _globals['_CONSUMETYPE']._serialized_end=1483
-  _globals['_CONSUMEFROMWHERE']._serialized_start=1486
-  _globals['_CONSUMEFROMWHERE']._serialized_end=1629
-  _globals['_EXPRESSIONTYPE']._serialized_start=1631
-  _globals['_EXPRESSIONTYPE']._serialized_end=1700
+  _globals['_PERMISSION']._serialized_start=1103
+  _globals['_PERMISSION']._serialized_end=1331
+  _globals['_MESSAGEMODEL']._serialized_start=1333
+  _globals['_MESSAGEMODEL']._serialized_end=1412
+  _globals['_CONSUMETYPE']._serialized_start=1414
+  _globals['_CONSUMETYPE']._serialized_end=1502
+  _globals['_CONSUMEFROMWHERE']._serialized_start=1505
+  _globals['_CONSUMEFROMWHERE']._serialized_end=1648
+  _globals['_EXPRESSIONTYPE']._serialized_start=1650
+  _globals['_EXPRESSIONTYPE']._serialized_end=1719
   _globals['_MESSAGE']._serialized_start=40
-  _globals['_MESSAGE']._serialized_end=200
-  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_start=151
-  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_end=200
-  _globals['_MESSAGEQUEUE']._serialized_start=202
-  _globals['_MESSAGEQUEUE']._serialized_end=270
-  _globals['_TOPICCONFIG']._serialized_start=273
-  _globals['_TOPICCONFIG']._serialized_end=498
-  _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_start=449
-  _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_end=498
-  _globals['_QUEUEDATA']._serialized_start=500
-  _globals['_QUEUEDATA']._serialized_end=597
-  _globals['_BROKERDATA']._serialized_start=600
-  _globals['_BROKERDATA']._serialized_end=765
-  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_start=715
-  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_end=765
-  _globals['_TOPICROUTE']._serialized_start=768
-  _globals['_TOPICROUTE']._serialized_end=906
-  _globals['_DATAVERSION']._serialized_start=908
-  _globals['_DATAVERSION']._serialized_end=960
-  _globals['_SUBSCRIPTION']._serialized_start=962
-  _globals['_SUBSCRIPTION']._serialized_end=1081
+  _globals['_MESSAGE']._serialized_end=219
+  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_start=170
+  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_end=219
+  _globals['_MESSAGEQUEUE']._serialized_start=221
+  _globals['_MESSAGEQUEUE']._serialized_end=289
+  _globals['_TOPICCONFIG']._serialized_start=292
+  _globals['_TOPICCONFIG']._serialized_end=517
+  _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_start=468
+  _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_end=517
+  _globals['_QUEUEDATA']._serialized_start=519
+  _globals['_QUEUEDATA']._serialized_end=616
+  _globals['_BROKERDATA']._serialized_start=619
+  _globals['_BROKERDATA']._serialized_end=784
+  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_start=734
+  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_end=784
+  _globals['_TOPICROUTE']._serialized_start=787
+  _globals['_TOPICROUTE']._serialized_end=925
+  _globals['_DATAVERSION']._serialized_start=927
+  _globals['_DATAVERSION']._serialized_end=979
+  _globals['_SUBSCRIPTION']._serialized_start=981
+  _globals['_SUBSCRIPTION']._serialized_end=1100
 # @@protoc_insertion_point(module_scope)

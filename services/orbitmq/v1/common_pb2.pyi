@@ -65,7 +65,7 @@ TAG: ExpressionType
 SQL92: ExpressionType
 
 class Message(_message.Message):
-    __slots__ = ("topic", "body", "properties", "flag")
+    __slots__ = ("topic", "body", "properties", "flag", "born_host")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,11 +77,13 @@ class Message(_message.Message):
     BODY_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     FLAG_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     topic: str
     body: bytes
     properties: _containers.ScalarMap[str, str]
     flag: int
-    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ...) -> None: ...
+    born_host: str
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class MessageQueue(_message.Message):
     __slots__ = ("topic", "broker_name", "queue_id")
