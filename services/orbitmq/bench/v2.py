@@ -74,8 +74,6 @@ STALL_S = 60
 """A drain that makes no progress this long fails the run instead of hanging."""
 CLIENTS = ("python", "java")
 """The official clients ``--clients`` picks from."""
-JAVA_WARM_DRAIN = 2_000
-"""Messages of the Java consumer's untimed first drain (class loading, JIT)."""
 
 
 def _official() -> Any:
@@ -391,7 +389,7 @@ async def _receive_figures(
             client = await stack.enter_async_context(v2_java.receiver(work_dir, proxy))
             await client.event("started")
             java = v2_java.JavaDrainer(client, pids)
-            warm = min(messages, JAVA_WARM_DRAIN)
+            warm = v2_java.WARMUP_FACTOR * messages  # class loading, JIT
             await _load_backlog(namesrv, "BenchV2JavaWarm", warm)
             await java.warm("BenchV2JavaWarm", warm)
             drainers["java"] = java.drain

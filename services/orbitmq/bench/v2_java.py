@@ -43,8 +43,11 @@ BODY_SIZE = 1024
 SEND_THREADS = 8
 """Threads of the Java application, each a blocking ``send`` at a time; the baseline has as many
 orbitmq tasks each awaiting one send."""
-WARMUP_FACTOR = 4
-"""Untimed Java sends per timed one (20 000 at the default ``--messages``)."""
+WARMUP_FACTOR = 5
+"""Untimed Java sends per timed one, and messages of the Java consumer's untimed first drain
+per backlog message (25 000 at the default ``--messages``): on this 2-core machine the client's
+CPU a message kept falling until about 25 000 sends (15 000: 190-260 us a send, the next 5 000
+130-190) or acks (10 000 warm: 250-470 us a message, the next 10 000 110-250)."""
 RECEIVE_BATCH = 32
 RECEIVES_IN_FLIGHT = 4
 ACKS_IN_FLIGHT = 64
