@@ -45,8 +45,8 @@ class Message:
     born_host: str | None = None
     """Where the message was born, ``address:port``, when that is not this producer's own
     connection (the RocketMQ 5 proxy: the sending client's address). None: the broker records
-    the connection the send came on. Sends with different born hosts never share a call (a
-    call carries one)."""
+    the connection the send came on. Sends with different born hosts still share calls: a call
+    mixing them names each message's own (which the broker stores on its Python path)."""
 
     def to_proto(self, unique_key: str) -> common_pb2.Message:
         """The wire message; raises ``ValueError`` for a user property with a system name or a

@@ -283,9 +283,9 @@ class Producer:
             return await self._send([message], sharding_key=sharding_key, queue=queue, timeout_ms=timeout_ms)
         pending = self._pending_send(message, timeout_ms)
         if sharding_key is None and queue is None:
-            self._accumulator.submit(message.topic, None, pending, message.born_host)
+            self._accumulator.submit(message.topic, None, pending)
         else:
-            await self._submit_ordered(message.topic, sharding_key, queue, pending, message.born_host)
+            await self._submit_ordered(message.topic, sharding_key, queue, pending)
         return await pending
 
     def _pending_send(self, message: Message, timeout_ms: int | None) -> PendingSend:
@@ -301,6 +301,7 @@ class Producer:
         framed = send_wire.frame(message, key)
         pending = PendingSend()
         pending.framed = framed
+        pending.born_host = message.born_host
         pending.msg_id = key
         pending.policy = self.retry.with_budget(timeout_ms)
         pending.started = started
@@ -309,12 +310,7 @@ class Producer:
         return pending
 
     async def _submit_ordered(
-        self,
-        topic: str,
-        sharding_key: str | None,
-        queue: WriteQueue | None,
-        pending: PendingSend,
-        born_host: str | None = None,
+        self, topic: str, sharding_key: str | None, queue: WriteQueue | None, pending: PendingSend
     ) -> None:
         """Queue an ordered send in its queue's lane. Until the topic's route is known, ordered
         sends wait for it one behind the other (and later ones behind them), so they reach
@@ -327,14 +323,14 @@ class Producer:
                 async with self._route_gates.setdefault(topic, asyncio.Lock()):
                     queues = await self._route_within_budget(topic, pending)
                     queue = queues[sharding_queue(sharding_key, len(queues))]  # type: ignore[arg-type]
-                    self._accumulator.submit(topic, queue, pending, born_host)
+                    self._accumulator.submit(topic, queue, pending)
                     return
             finally:
                 self._gated[topic] -= 1
         if queue is None:
             assert queues is not None and sharding_key is not None
             queue = queues[sharding_queue(sharding_key, len(queues))]
-        self._accumulator.submit(topic, queue, pending, born_host)
+        self._accumulator.submit(topic, queue, pending)
 
     async def _route_within_budget(self, topic: str, pending: PendingSend) -> list[WriteQueue]:
         """The topic's route, fetched again after a retriable failure while the send's budget
@@ -370,7 +366,7 @@ class Producer:
             except (ValueError, TypeError):
                 future = None  # the send below raises it again, into the future
             else:
-                self._accumulator.submit(message.topic, None, future, message.born_host)
+                self._accumulator.submit(message.topic, None, future)
         if future is None:
             future = asyncio.get_running_loop().create_task(self.send(message))
         self._pending.add(future)
@@ -404,10 +400,6 @@ class Producer:
         the topic, the broker and the reason) when a failure is not retriable or time is up."""
         topic = messages[0].topic
         validate_topic_name(topic)
-        born_hosts = {m.born_host for m in messages}
-        if len(born_hosts) > 1:
-            hosts = sorted(map(str, born_hosts))
-            raise ValueError(f"a batch's messages must share one born host, not {hosts}")
         for message in messages:
             if not isinstance(message.body, bytes | bytearray):
                 raise TypeError(f"message body must be bytes, not {type(message.body).__name__}")
@@ -415,13 +407,18 @@ class Producer:
         if extra:
             for proto in protos:
                 proto.properties.update(extra)
+        born_host = messages[0].born_host
+        if any(m.born_host != born_host for m in messages):  # each says its own (see the proto)
+            for proto, message in zip(protos, messages, strict=True):
+                proto.born_host = message.born_host or ""
+            born_host = None
         request = broker_pb2.SendMessageRequest(
             producer_group=self.group,
             topic=topic,
             messages=protos,
             sys_flag=sys_flag,
             default_topic_queue_nums=self._default_queue_nums,
-            born_host=messages[0].born_host or "",
+            born_host=born_host or "",
         )
         policy = self.retry.with_budget(timeout_ms)
         started = time.perf_counter()

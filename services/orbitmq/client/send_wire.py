@@ -29,6 +29,7 @@ DETOUR_PROPERTIES = frozenset(
 stores such a batch message by message, not contiguously in one queue."""
 
 _MESSAGES_TAG = b"\x22"  # field 4 (SendMessageRequest.messages), wire type 2
+_BORN_HOST_TAG = b"\x2a"  # field 5 (Message.born_host), wire type 2
 
 
 def coalescable(message: Message) -> bool:
@@ -91,6 +92,39 @@ def request_head(
         born_host=born_host or "",
         default_topic_queue_nums=default_topic_queue_nums,
     ).SerializeToString()
+
+
+def with_born_host(framed: bytes, born_host: str) -> bytes:
+    """``framed`` (a :func:`frame` result) with ``born_host`` as its ``Message.born_host``: for
+    a call whose messages were born at different hosts, which one request field cannot say.
+
+    The field is appended to the encoded message (a ``Message`` has no born host of its own
+    when framed) and the message framed again with its new length::
+
+        0x22 <varint n> <Message: n bytes>  ->  0x22 <varint n + k> <Message> 0x2a <varint h> <host: h bytes>
+    """
+    if framed[:1] != _MESSAGES_TAG:
+        raise ValueError(f"not a framed message: starts with {framed[:1]!r}")
+    length, start = _read_varint(framed, 1)
+    if start + length != len(framed):
+        raise ValueError(f"a framed message of {length} bytes has {len(framed) - start}")
+    host = born_host.encode()
+    field = b"".join((_BORN_HOST_TAG, varint(len(host)), host))
+    return b"".join((_MESSAGES_TAG, varint(length + len(field)), framed[start:], field))
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``data[at:]`` and the position after it."""
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
 
 
 def varint(value: int) -> bytes:

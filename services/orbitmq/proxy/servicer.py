@@ -313,9 +313,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             transaction_id = ref.encode()
         else:
             # The official clients send one message per call, several in flight: the producer
-            # coalesces one client's concurrent NORMAL sends of a topic, and FIFO ones of a queue,
-            # into batch calls (a call carries one born host), each message with its own receipt
-            # (orbitmq.client.accumulator); delayed ones go alone, to the timer.
+            # coalesces concurrent NORMAL sends of a topic, and FIFO ones of a queue, of all
+            # clients into batch calls, each message with its own receipt and its client's born
+            # host (orbitmq.client.accumulator); delayed ones go alone, to the timer.
             result = await self._producer.send(
                 out.message, sharding_key=out.sharding_key, timeout_ms=budget_ms
             )

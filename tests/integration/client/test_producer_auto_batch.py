@@ -164,6 +164,53 @@ async def test_keys_keep_their_order_under_concurrency(
             assert sorted(bodies) == sorted(f"{key}:{i}".encode() for i in range(40))
 
 
+async def test_sends_born_at_different_hosts_share_calls_and_keep_their_born_hosts(
+    namesrv: NameServer, broker: RunningBroker
+) -> None:
+    """Messages born elsewhere (the RocketMQ 5 proxy's clients) coalesce with each other and with
+    the producer's own, round robin and per key, and each is stored with its own born host; so
+    does a batch of them."""
+    hosts = [None, "10.0.0.1:1001", "10.0.0.2:2002", "[2001:db8::7]:99"]
+
+    def born(i: int) -> str | None:
+        return hosts[i % len(hosts)]
+
+    async with Producer("PG", namesrv.address) as producer:
+        await producer.send(Message("Born", b"warm-up"))
+        await producer.send(Message("Born", b"warm-up"), sharding_key="key")
+        before = calls(broker)
+        await asyncio.gather(
+            *(producer.send(Message("Born", f"r{i}".encode(), born_host=born(i))) for i in range(24))
+        )
+        round_robin = calls(broker) - before
+        before = calls(broker)
+        keyed = await asyncio.gather(
+            *(
+                producer.send(Message("Born", f"k{i}".encode(), born_host=born(i)), sharding_key="key")
+                for i in range(24)
+            )
+        )
+        by_key = calls(broker) - before
+        await producer.send_batch([Message("Born", f"b{i}".encode(), born_host=born(i)) for i in range(4)])
+    # One lane per topic (per queue): 24 concurrent sends of 4 born hosts need fewer calls than hosts.
+    assert round_robin < len(hosts) and by_key < len(hosts), (round_robin, by_key)
+    messages = [m for q in range(4) for m in await stored(broker, "Born", q) if m.body != b"warm-up"]
+    expected = {
+        f"{kind}{i}": born(i) for kind, count in (("r", 24), ("k", 24), ("b", 4)) for i in range(count)
+    }
+    assert sorted(m.body.decode() for m in messages) == sorted(expected)
+    for m in messages:
+        host = expected[m.body.decode()]
+        if host is None:
+            assert m.born_host.startswith("127.0.0.1:") and m.born_host != "127.0.0.1:0", m
+        else:
+            assert m.born_host == host, m
+    in_key_queue = [
+        m.body for m in await stored(broker, "Born", keyed[0].queue_id) if m.body.startswith(b"k")
+    ]
+    assert in_key_queue == [f"k{i}".encode() for i in range(24)]
+
+
 async def test_refusal_lands_on_its_own_message(namesrv: NameServer, broker: RunningBroker) -> None:
     """A message the broker refuses travels in a coalesced call with others: they are stored,
     in order, and only its caller gets the refusal."""

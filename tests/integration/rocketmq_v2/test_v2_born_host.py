@@ -7,12 +7,18 @@ holds for that client id, and a local port of a socket of this process connected
 proxy), seen alike by orbitmq's own pull consumer (the record, as ``orbitmq admin message``
 prints it) and by the official SimpleConsumer (``system_properties.born_host``). Before, each
 was the proxy's own connection to the broker.
+
+Sends of different clients share broker calls (a call mixing born hosts names each message's
+own): four clients sending one message at a time need fewer calls than messages, NORMAL and
+FIFO alike, and each message is still stored with its own client's born host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from v2kit import (
     Checker,
     TransactionResolution,
+    V2Cluster,
     call,
     message,
     official_producer,
@@ -131,3 +138,61 @@ async def test_the_broker_stores_a_named_born_host_and_refuses_one_it_cannot_sto
             await producer.send(OrbitMessage("BornHostNamed", b"named", born_host="app-host-1:4567"))
         assert refused.value.reason == ErrorReason.MESSAGE_ILLEGAL
         assert "app-host-1:4567" in str(refused.value)
+
+
+def broker_calls(cluster: V2Cluster) -> int:
+    """SendMessage calls the broker has answered."""
+    return cluster.broker.broker.metrics.send_latency.count
+
+
+async def test_sends_of_different_clients_share_broker_calls_each_born_at_its_client(tmp_path: Path) -> None:
+    """Four clients, each one send at a time (so a lane per client would make a call of every
+    message): NORMAL sends, then FIFO sends of one message group, take fewer broker calls than
+    messages, the calls mixing clients go by the broker's Python path, and every message is
+    born at its own client (FIFO: each client's messages in its own send order)."""
+    clients, per_client = 4, 10
+    async with v2_cluster(tmp_path) as cluster:
+        async with contextlib.AsyncExitStack() as stack:
+            producers = [
+                await stack.enter_async_context(official_producer(cluster.endpoint, [TOPIC]))
+                for _ in range(clients)
+            ]
+            await asyncio.gather(*(call(p.send, message(TOPIC, b"warm-up")) for p in producers))
+            hosts = [cluster.proxy.clients.get(p.client_id).address for p in producers]  # type: ignore[union-attr]
+            assert len(set(hosts)) == clients
+
+            def send_each(fifo: bool) -> None:
+                def send_one_at_a_time(n: int) -> None:
+                    for i in range(per_client):
+                        sent = message(TOPIC, f"{'f' if fifo else 'n'}{n}-{i}".encode())
+                        if fifo:
+                            sent.message_group = "shared"
+                        producers[n].send(sent)
+
+                with ThreadPoolExecutor(clients) as pool:
+                    list(pool.map(send_one_at_a_time, range(clients)))
+
+            calls: dict[bool, int] = {}
+            python_path_before = cluster.broker.broker.servicer.python_path_sends
+            for fifo in (False, True):
+                before = broker_calls(cluster)
+                await call(send_each, fifo)
+                calls[fifo] = broker_calls(cluster) - before
+            mixed = cluster.broker.broker.servicer.python_path_sends - python_path_before
+
+        sent = clients * per_client
+        assert calls[False] < sent and calls[True] < sent, f"broker calls for {sent} sends each: {calls}"
+        assert mixed > 0, "no broker call mixed the clients' messages"
+        stored = await cluster.receive(TOPIC, clients + 2 * sent)
+        assert len(stored) == clients + 2 * sent
+        for m in stored:
+            body = m.body.decode()
+            if body != "warm-up":
+                assert m.born_host == hosts[int(body[1:].split("-")[0])], (body, m.born_host, hosts)
+        assert sorted(m.born_host for m in stored if m.body == b"warm-up") == sorted(hosts)
+        fifo_stored = [m.body.decode() for m in stored if m.body.startswith(b"f")]
+        assert len({m.queue_id for m in stored if m.body.startswith(b"f")}) == 1
+        for n in range(clients):
+            assert [b for b in fifo_stored if b.startswith(f"f{n}-")] == [
+                f"f{n}-{i}" for i in range(per_client)
+            ]
