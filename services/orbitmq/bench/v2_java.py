@@ -54,8 +54,6 @@ ACKS_IN_FLIGHT = 64
 ROUND_TIMEOUT_S = 300.0
 """A round that does not answer within this fails the run instead of hanging it."""
 STDERR_TAIL_CHARS = 3000
-SELF = "bench"
-"""The name of this process in a CPU sample."""
 
 
 def build() -> None:
