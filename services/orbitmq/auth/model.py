@@ -40,6 +40,7 @@ import enum
 import ipaddress
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated, Any
 
 from pydantic import (
@@ -361,7 +362,14 @@ class Acl(_Document):
         return self.subject.removeprefix(SUBJECT_PREFIX)
 
     def entries_of(self, policy_type: PolicyType) -> tuple[PolicyEntry, ...]:
-        return tuple(e for p in self.policies if p.policy_type is policy_type for e in p.entries)
+        return self._entries_by_type[policy_type]
+
+    @cached_property
+    def _entries_by_type(self) -> dict[PolicyType, tuple[PolicyEntry, ...]]:
+        """Flattened once per (immutable) ACL: every decision walks them."""
+        return {
+            t: tuple(e for p in self.policies if p.policy_type is t for e in p.entries) for t in PolicyType
+        }
 
 
 def describe_errors(exc: ValidationError) -> list[str]:
