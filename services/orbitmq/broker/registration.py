@@ -23,6 +23,7 @@ import grpc
 from orbitmq.common.clock import Clock
 from orbitmq.common.server import GRPC_OPTIONS, StartupError
 from orbitmq.common.tasks import TaskSet
+from orbitmq.common.tls import TlsFiles, explain, open_channel
 from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Registrar:
             (a slave without a known master): registers every :data:`UNSETTLED_REGISTER_S`.
         interval_s: the heartbeat period in seconds (``register_interval_ms``).
         clock: for the failure log's pacing.
+        tls: the broker's TLS files: name servers are called over TLS when any is set.
     """
 
     def __init__(
@@ -110,8 +112,12 @@ class Registrar:
         interval_s: float,
         clock: Clock,
         owner: str,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.addresses = addresses
+        self._tls = tls
+        self._refused: dict[str, str] = {}
+        """Name servers whose last registration failed its TLS handshake, with the cause."""
         self._build_request = build_request
         self._on_reply = on_reply
         self._is_waiting = is_waiting
@@ -134,7 +140,8 @@ class Registrar:
         A name server that has not answered :data:`START_GRACE_S` after another one did is
         left to its loop: a hung one must not hold up the start. One that answers but is not
         a name server (a broker's port, say) stops the start: a mistake in the settings, not
-        an outage to wait out."""
+        an outage to wait out. Nor does one that refuses the TLS handshake (a wrong CA, an
+        expired certificate, plaintext on one side): the error names the cause."""
         loop = asyncio.get_running_loop()
         attempts = {asyncio.ensure_future(self._register(a, refuse_wrong=True)): a for a in self.addresses}
         pending = set(attempts)
@@ -156,6 +163,11 @@ class Registrar:
         wrong = [a for task, a in attempts.items() if not task.cancelled() and task.result() is None]
         if wrong:
             raise StartupError(_not_a_name_server(wrong))
+        refused = [
+            self._refused[a] for task, a in attempts.items() if not task.cancelled() and a in self._refused
+        ]
+        if refused:
+            raise StartupError(f"cannot register with name servers: {'; '.join(refused)}")
 
     def start(self) -> None:
         """Start the loops, one per name server."""
@@ -210,8 +222,14 @@ class Registrar:
                 if not refuse_wrong:
                     self._failures[address].failed(_not_a_name_server([address]))
                 return None
+            refused = await explain(error, address, self._tls)
+            if refused is not None:
+                self._refused[address] = str(refused)
+                self._failures[address].failed(str(refused))
+                return False
             self._failures[address].failed(f"{error.code().name}: {error.details()}")
             return False
+        self._refused.pop(address, None)
         self._answered[address] = True
         self._failures[address].answered()
         self._on_reply(reply)
@@ -220,7 +238,7 @@ class Registrar:
     def _stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            channel = self._channels[address] = open_channel(address, self._tls, GRPC_OPTIONS)
         return nameserver_pb2_grpc.NameServerStub(channel)
 
 

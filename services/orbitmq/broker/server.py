@@ -70,7 +70,10 @@ class Broker:
         self.closing = False
         self._closed = False
         self.grpc = GrpcServer(
-            f"broker {settings.broker_name}", settings.listen, metrics_listen=settings.metrics_listen
+            f"broker {settings.broker_name}",
+            settings.listen,
+            metrics_listen=settings.metrics_listen,
+            tls=settings,
         )
         self.metrics = BrokerMetrics(self.grpc.registry, settings.broker_name)
         self._tasks = TaskSet(f"broker:{settings.broker_name}")
@@ -90,6 +93,7 @@ class Broker:
             interval_s=settings.register_interval_ms / 1000,
             clock=clock,
             owner=settings.broker_name,
+            tls=settings,
         )
         self._master_tasks = TaskSet(f"broker-master:{settings.broker_name}")
         self._role_lock = asyncio.Lock()

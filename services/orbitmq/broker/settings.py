@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
+from orbitmq.common.tls import ServerTls
 from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
 from orbitmq.store.config import GIB, MIB, BrokerRole, FlushMode, StoreConfig
 
@@ -17,7 +18,11 @@ MIN_POP_SNAPSHOT_INTERVAL_MS = 100
 loop into a busy one (below 200 ms of retention the last snapshot may then go)."""
 
 
-class BrokerSettings(BaseModel):
+class BrokerSettings(ServerTls):
+    """TLS (``tls_cert``, ``tls_key``, ``tls_ca``, ``tls_require_client_cert``) comes from
+    :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given. The broker's
+    calls to name servers and to its master use the same files (TLS when any is set)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     listen: str = "0.0.0.0:10911"

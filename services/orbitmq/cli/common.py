@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,6 +19,7 @@ from rich.text import Text
 from orbitmq.client.channels import DEFAULT_NAMESRV
 from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_namesrv_list
 from orbitmq.common.settings import SettingsError, load_settings
+from orbitmq.common.tls import CLIENT_ENV, TlsConfigError, client_tls
 from orbitmq.store.config_store import Permission
 
 T = TypeVar("T", bound=BaseModel)
@@ -43,6 +45,8 @@ def check_namesrv(_context: click.Context, _parameter: click.Parameter, value: s
 
 
 def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--namesrv`` and the client's TLS options: every command that talks to a cluster
+    has both, as it reaches the name servers (and the brokers) through them."""
     return click.option(
         "--namesrv",
         envvar=NAMESRV_ENV,
@@ -50,7 +54,88 @@ def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         callback=check_namesrv,
         help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).",
-    )(function)
+    )(client_tls_options(function))
+
+
+_CLIENT_TLS_FLAGS = {
+    "tls_ca": ("--tls-ca", "CA certificates (PEM) that sign the servers' certificates; turns TLS on"),
+    "tls_cert": ("--tls-cert", "This client's certificate (PEM), for servers that require one (mutual TLS)"),
+    "tls_key": ("--tls-key", "The private key (PEM) of --tls-cert"),
+    "tls_server_name": (
+        "--tls-server-name",
+        "Check the servers' certificates for this name instead of the host",
+    ),
+}
+
+
+def client_tls_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls-server-name`` (or ``ORBITMQ_TLS_*``).
+
+    The values are checked together (files readable PEM, key matching certificate) before the
+    command runs, then set as the ``ORBITMQ_TLS_*`` environment of the command, which the client
+    library reads; the environment is restored afterwards (commands run in-process in tests).
+    """
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        values = {field: kwargs.pop(field) for field in _CLIENT_TLS_FLAGS}
+        given = {field: value for field, value in values.items() if value}
+        names = {field: f"{flag} ({CLIENT_ENV[field]})" for field, (flag, _) in _CLIENT_TLS_FLAGS.items()}
+        try:
+            client_tls(given, names)
+        except TlsConfigError as error:
+            raise click.UsageError(str(error)) from None
+        saved = {name: os.environ.get(name) for name in CLIENT_ENV.values()}
+        for field, name in CLIENT_ENV.items():
+            if field in given:
+                os.environ[name] = str(given[field])
+            else:
+                os.environ.pop(name, None)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    for field, (flag, text) in reversed(_CLIENT_TLS_FLAGS.items()):
+        run = click.option(flag, field, envvar=CLIENT_ENV[field], help=f"{text} (or {CLIENT_ENV[field]}).")(
+            run
+        )
+    return run
+
+
+def server_tls_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A server's TLS flags; they become the ``tls_*`` settings (config file keys and
+    ``ORBITMQ_<ROLE>_TLS_*`` work too). Off unless --tls-cert is given."""
+    options = [
+        click.option(
+            "--tls-cert",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Certificate chain (PEM): serve TLS only; also this process's client certificate.",
+        ),
+        click.option(
+            "--tls-key",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Private key (PEM) of --tls-cert.",
+        ),
+        click.option(
+            "--tls-ca",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="CA certificates (PEM) trusted for client certificates and the servers this process calls.",
+        ),
+        click.option(
+            "--tls-require-client-cert",
+            is_flag=True,
+            default=None,
+            help="Mutual TLS: refuse clients without a certificate signed by --tls-ca.",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
 
 
 def json_option(function: Callable[..., Any]) -> Callable[..., Any]:

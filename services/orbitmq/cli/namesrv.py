@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import settings_or_exit
+from orbitmq.cli.common import server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 from orbitmq.nameserver.settings import ENV_PREFIX, NameServerSettings
 
@@ -24,6 +24,7 @@ SETTINGS_EXIT_CODE = 2
 @click.option("--listen", help="gRPC address, default 0.0.0.0:9876.")
 @click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:9877; '' disables.")
 @click.option("--broker-expiry-ms", type=int, help="Drop a broker silent this long, default 120000.")
+@server_tls_options
 def namesrv(config_file: Path | None, **flags: object) -> None:
     """Run a name server: the route registry brokers register with and clients query.
 

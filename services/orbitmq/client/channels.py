@@ -1,4 +1,10 @@
-"""gRPC channels to name servers and brokers, one per address, shared by a client's parts."""
+"""gRPC channels to name servers and brokers, one per address, shared by a client's parts.
+
+Channels speak TLS when the client's :class:`~orbitmq.common.tls.ClientTls` has a CA or a
+certificate (read from ``ORBITMQ_TLS_*`` unless one is given), plaintext otherwise. A name-server
+call refused at the TLS layer raises :class:`~orbitmq.common.tls.TlsError` naming the cause at
+once: another name server, or waiting, would fail the same way.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import grpc
 from orbitmq.common.namesrv_list import NAMESRV_ENV, parse_namesrv_list
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
+from orbitmq.common.tls import ClientTls, TlsError, explain, open_channel
 from orbitmq.v1 import broker_pb2_grpc, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
 
@@ -29,10 +36,13 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Channels:
-    def __init__(self, namesrv: str | list[str] | None = None) -> None:
+    def __init__(self, namesrv: str | list[str] | None = None, tls: ClientTls | None = None) -> None:
         """``namesrv``: ``"host:port;host:port"`` (``,`` works too) or a list; None reads
         ``ORBITMQ_NAMESRV``, then the local default ``127.0.0.1:9876``. A malformed list raises
-        :class:`~orbitmq.common.namesrv_list.NamesrvListError`."""
+        :class:`~orbitmq.common.namesrv_list.NamesrvListError`. ``tls``: None reads
+        ``ORBITMQ_TLS_CA``/``_CERT``/``_KEY``/``_SERVER_NAME`` (a bad one raises
+        :class:`~orbitmq.common.tls.TlsConfigError`); none set is plaintext."""
+        self.tls = tls if tls is not None else ClientTls.from_env()
         self.namesrv_addrs = parse_namesrv_list(namesrv or os.environ.get(NAMESRV_ENV, DEFAULT_NAMESRV))
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
@@ -49,7 +59,7 @@ class Channels:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            channel = self._channels[address] = open_channel(address, self.tls, GRPC_OPTIONS)
         return channel
 
     def broker(self, address: str) -> broker_pb2_grpc.BrokerStub:
@@ -101,6 +111,7 @@ class Channels:
                         reply = task.result()
                     except grpc.aio.AioRpcError as error:
                         self._check_reachable_failure(error, address, method)
+                        await self.raise_tls_failure(address, error)
                         failures.append(f"{address} {error.code().name.lower()}")
                         self.unanswered.add(address)
                         continue
@@ -117,6 +128,18 @@ class Channels:
             ErrorReason.SERVICE_NOT_AVAILABLE,
             f"no name server answered ({'; '.join(failures)}); check --namesrv or {NAMESRV_ENV}",
         )
+
+    async def raise_tls_failure(self, address: str, error: BaseException) -> None:
+        """Raise a :class:`TlsError` naming the cause when ``error`` (a failed call to
+        ``address``) is a refused TLS handshake; return otherwise.
+
+        gRPC fails such a call at once as UNAVAILABLE, which callers would retry until their
+        deadline; a handshake fails the same way every time, so it ends the operation instead.
+        The cause costs one probe handshake, and only for failures whose words may mean TLS.
+        """
+        refused: TlsError | None = await explain(error, address, self.tls)
+        if refused is not None:
+            raise refused from None
 
     @staticmethod
     def _check_reachable_failure(error: grpc.aio.AioRpcError, address: str, method: str) -> None:
@@ -150,6 +173,7 @@ class Channels:
         failures: list[str] = []
         for address, outcome in zip(self.namesrv_addrs, outcomes, strict=True):
             if isinstance(outcome, grpc.aio.AioRpcError) and outcome.code() in _UNREACHABLE:
+                await self.raise_tls_failure(address, outcome)
                 failures.append(f"{address} {outcome.code().name.lower()}")
             elif isinstance(outcome, BaseException):
                 raise outcome
@@ -179,7 +203,7 @@ class Channels:
         self._namesrvs.pop(address, None)
         if channel is not None:
             self._retired.append(channel)
-        self._channels[address] = grpc.aio.insecure_channel(address, options=FRESH_CHANNEL_OPTIONS)
+        self._channels[address] = open_channel(address, self.tls, FRESH_CHANNEL_OPTIONS)
 
     async def close(self) -> None:
         for channel in [*self._channels.values(), *self._retired]:

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.procs import command_of, port_listeners
 from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar
+from orbitmq.common.tls import CertificateReloader, ServerTls, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,15 @@ class GrpcServer:
         metrics_listen: str | None = None,
         registry: CollectorRegistry | None = None,
         reflection_pool: Any = None,
+        tls: ServerTls | None = None,
     ) -> None:
         """``reflection_pool``: where server reflection looks descriptors up (protobuf's default
-        pool when None; a service generated into a private pool passes one that finds it)."""
+        pool when None; a service generated into a private pool passes one that finds it).
+        ``tls``: serve TLS (only) when it has a certificate, re-reading its files when they
+        change (:class:`~orbitmq.common.tls.CertificateReloader`); plaintext otherwise."""
         self.name = name
+        self._tls = tls
+        self.tls_reloader: CertificateReloader | None = None
         self._reflection_pool = reflection_pool
         self._listen = listen
         split_host_port(listen)
@@ -157,8 +163,13 @@ class GrpcServer:
     def bind(self) -> int:
         """Reserve the listening port (before start, so the address can be advertised)."""
         if not self.port:
+            secure = server_credentials(self._tls) if self._tls is not None else None
             try:
-                self.port = self.server.add_insecure_port(self._listen)
+                if secure is None:
+                    self.port = self.server.add_insecure_port(self._listen)
+                else:
+                    credentials, self.tls_reloader = secure
+                    self.port = self.server.add_secure_port(self._listen, credentials)
             except RuntimeError:  # grpc's only word for a failed bind
                 self.port = 0
             if self.port == 0:
@@ -185,7 +196,13 @@ class GrpcServer:
         await self.server.start()
         for service in ["", *self._services]:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("%s serving on %s (metrics %s)", self.name, self.address, self.metrics_url)
+        log.info(
+            "%s serving on %s%s (metrics %s)",
+            self.name,
+            self.address,
+            " with TLS" if self.tls_reloader else "",
+            self.metrics_url,
+        )
 
     def _start_metrics(self, listen: str) -> None:
         host, port = split_host_port(listen)

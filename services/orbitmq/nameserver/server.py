@@ -38,7 +38,9 @@ class NameServer:
         self.settings = settings
         self.clock = clock
         self.table = RouteTable(clock, broker_expiry_ms=settings.broker_expiry_ms)
-        self.grpc = GrpcServer("namesrv", settings.listen, metrics_listen=settings.metrics_listen)
+        self.grpc = GrpcServer(
+            "namesrv", settings.listen, metrics_listen=settings.metrics_listen, tls=settings
+        )
         self.metrics = NameServerMetrics(self.grpc.registry)
         self._tasks = TaskSet("namesrv")
         self._started = False

@@ -6,15 +6,19 @@ Sources, later winning field by field: a YAML/JSON file (``--config``), environm
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orbitmq.common.server import split_host_port
+from orbitmq.common.tls import ServerTls
 from orbitmq.nameserver.routes import DEFAULT_BROKER_EXPIRY_MS
 
 ENV_PREFIX = "ORBITMQ_NAMESRV_"
 
 
-class NameServerSettings(BaseModel):
+class NameServerSettings(ServerTls):
+    """TLS (``tls_cert``, ``tls_key``, ``tls_ca``, ``tls_require_client_cert``) comes from
+    :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     listen: str = "0.0.0.0:9876"
