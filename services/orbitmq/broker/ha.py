@@ -32,6 +32,7 @@ from pydantic.alias_generators import to_camel
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.tasks import TaskSet
+from orbitmq.common.tls import explain, open_channel
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import JsonConfigStore
 from orbitmq.store.epoch import EpochEntry, EpochFile, common_point
@@ -214,7 +215,13 @@ class ReplicationClient:
                     log.debug("replication from %s: %s", address, error)
                 except (grpc.aio.AioRpcError, RpcFailure, OSError, ValueError) as error:
                     detail = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
-                    log.info("replication from %s stopped: %s", address, detail)
+                    refused = await explain(error, address, self.b.settings)  # a TLS mistake, named
+                    log.log(
+                        logging.WARNING if refused else logging.INFO,
+                        "replication from %s stopped: %s",
+                        address,
+                        refused or detail,
+                    )
                 followed = self.connected.is_set()
                 self.connected.clear()
                 if followed:
@@ -222,7 +229,7 @@ class ReplicationClient:
             await asyncio.sleep(PROMOTION_POLL_S if awaiting else RECONNECT_S)
 
     async def _stream(self, address: str) -> None:
-        async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+        async with open_channel(address, self.b.settings, GRPC_OPTIONS) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
             state = await stub.GetHaState(broker_pb2.GetHaStateRequest(), timeout=5)
             if state.role == BrokerRole.SLAVE.value:
@@ -271,7 +278,7 @@ class ReplicationClient:
                     if channel is None or channel_addr != address:
                         if channel is not None:
                             await channel.close()
-                        channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+                        channel = open_channel(address, self.b.settings, GRPC_OPTIONS)
                         channel_addr = address
                     try:
                         await self.copy_config(broker_pb2_grpc.BrokerStub(channel), address)

@@ -187,6 +187,11 @@ class Channels:
             )
         return replies
 
+    def fresh_channel(self, address: str) -> grpc.aio.Channel:
+        """A channel of its own to ``address`` (its own connection, :data:`FRESH_CHANNEL_OPTIONS`),
+        with this client's TLS; the caller closes it (a probe of a broker that was down)."""
+        return open_channel(address, self.tls, FRESH_CHANNEL_OPTIONS)
+
     def reconnect(self, address: str) -> None:
         """Open a new channel to ``address`` for the calls that follow.
 
