@@ -25,6 +25,7 @@ users or ACLs takes effect on the next request.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -63,18 +64,45 @@ class Need:
         return f"{'|'.join(a.value for a in self.actions)} on {self.resource}"
 
 
+class Why(enum.Enum):
+    """Which rule made a verdict."""
+
+    DISABLED = "the user is disabled"
+    SUPER = "the user is a super user"
+    NO_ACL = "the user has no ACL"
+    ENTRY = "an entry decided"
+    NO_MATCH = "no entry matched"
+    NOTHING_NEEDED = "nothing was needed"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A decision and why: the entry that decided, or the rule that applied without one."""
+    """A decision and why; the text of :attr:`reason` is made only when someone reads it (a
+    refusal's log line), not on every decision."""
 
     decision: Decision
-    reason: str
+    why: Why
+    username: str = ""
     need: Need | None = None
     entry: PolicyEntry | None = None
+    policy_type: PolicyType | None = None
+    source_ip: str | IpAddress | None = None
 
     @property
     def allowed(self) -> bool:
         return self.decision is Decision.ALLOW
+
+    @property
+    def reason(self) -> str:
+        if self.why is Why.ENTRY and self.entry is not None and self.policy_type is not None:
+            kind, entry = self.policy_type.value.lower(), self.entry
+            deciding = f"{kind} entry {entry.resource} {entry.decision.value}"
+            return f"{deciding} decides {self.need} for {self.username}"
+        if self.why is Why.NO_MATCH:
+            return f"no entry of User:{self.username} allows {self.need} from {self.source_ip}"
+        if self.why is Why.NOTHING_NEEDED:
+            return self.why.value
+        return f"user {self.username}: {self.why.value}"
 
 
 def decide(user: User, acl: Acl | None, need: Need, source_ip: str | IpAddress | None) -> Verdict:
@@ -84,26 +112,25 @@ def decide(user: User, acl: Acl | None, need: Need, source_ip: str | IpAddress |
     e.g. a Unix socket); entries that name source IPs never match an unknown or unparsable one.
     """
     if not user.enabled:
-        return Verdict(Decision.DENY, f"user {user.username} is disabled", need)
+        return Verdict(Decision.DENY, Why.DISABLED, user.username, need)
     if user.is_super:
-        return Verdict(Decision.ALLOW, f"user {user.username} is a super user", need)
+        return Verdict(Decision.ALLOW, Why.SUPER, user.username, need)
     if acl is None:
-        return Verdict(Decision.DENY, f"user {user.username} has no ACL", need)
+        return Verdict(Decision.DENY, Why.NO_ACL, user.username, need)
     address = _address(source_ip) if source_ip is not None else None
     for policy_type in (PolicyType.CUSTOM, PolicyType.DEFAULT):
         matching = [e for e in acl.entries_of(policy_type) if _matches(e, need, address)]
         if matching:
             entry = max(matching, key=_precedence)
-            where = f"{policy_type.value.lower()} entry {entry.resource} {entry.decision.value}"
-            return Verdict(entry.decision, f"{where} decides {need} for {user.username}", need, entry)
-    return Verdict(Decision.DENY, f"no entry of {user.subject} allows {need} from {source_ip}", need)
+            return Verdict(entry.decision, Why.ENTRY, user.username, need, entry, policy_type)
+    return Verdict(Decision.DENY, Why.NO_MATCH, user.username, need, source_ip=source_ip)
 
 
 def authorize(
     user: User, acl: Acl | None, needs: Iterable[Need], source_ip: str | IpAddress | None
 ) -> Verdict:
     """All of ``needs`` allowed: the last allowing verdict; else the first refusal."""
-    verdict = Verdict(Decision.ALLOW, "nothing needed")
+    verdict = Verdict(Decision.ALLOW, Why.NOTHING_NEEDED)
     for need in needs:
         verdict = decide(user, acl, need, source_ip)
         if not verdict.allowed:
@@ -197,7 +224,7 @@ class DecisionCache:
         source_ip: str | IpAddress | None,
     ) -> Verdict:
         """:func:`authorize` through the cache."""
-        verdict = Verdict(Decision.ALLOW, "nothing needed")
+        verdict = Verdict(Decision.ALLOW, Why.NOTHING_NEEDED)
         for need in needs:
             verdict = self.decide(policy_version, user, acl, need, source_ip)
             if not verdict.allowed:

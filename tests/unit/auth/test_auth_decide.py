@@ -136,13 +136,13 @@ def test_super_users_are_allowed_everything_and_disabled_users_nothing() -> None
     assert decide(ROOT, None, pub("orders"), None).decision is ALLOW
     assert decide(ROOT, acl(("*", "All", "Deny")), pub("orders"), None).decision is ALLOW
     refused = decide(OFF, everything, pub("orders"), "10.0.0.1")
-    assert (refused.decision, refused.reason) == (DENY, "user app is disabled")
+    assert (refused.decision, refused.reason) == (DENY, "user app: the user is disabled")
     assert decide(OFF_ROOT, None, pub("orders"), None).decision is DENY
 
 
 def test_a_normal_user_without_an_acl_is_denied() -> None:
     verdict = decide(APP, None, pub("orders"), "10.0.0.1")
-    assert (verdict.decision, verdict.reason) == (DENY, "user app has no ACL")
+    assert (verdict.decision, verdict.reason) == (DENY, "user app: the user has no ACL")
 
 
 def test_default_entries_apply_only_when_no_custom_entry_matches() -> None:
