@@ -33,6 +33,8 @@ import grpc
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from orbitmq.common.errors import OrbitError
+from orbitmq.common.rpc import RpcFailure
+from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +64,17 @@ _BEGIN_KEY = (
 )
 
 
-class TlsError(OrbitError):
+class TlsError(RpcFailure):
     """A connection refused at the TLS layer; the message names the address and the cause.
 
     Not retriable: a wrong CA, an expired certificate or a missing client certificate fails the
-    same way until someone changes a file or a flag.
+    same way until someone changes a file or a flag. An :class:`RpcFailure` with the reason
+    NO_PERMISSION (the server does not let this client in), so every path that handles a failed
+    call (a producer's send, the CLI's one-line errors) handles it as one.
     """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorReason.NO_PERMISSION, message)
 
 
 # -- settings -------------------------------------------------------------------------------
