@@ -129,13 +129,22 @@ def decide(user: User, acl: Acl | None, need: Need, source_ip: str | IpAddress |
 def authorize(
     user: User, acl: Acl | None, needs: Iterable[Need], source_ip: str | IpAddress | None
 ) -> Verdict:
-    """All of ``needs`` allowed: the last allowing verdict; else the first refusal."""
-    verdict = Verdict(Decision.ALLOW, Why.NOTHING_NEEDED)
+    """All of ``needs`` allowed: the last allowing verdict; else the first refusal.
+
+    A disabled user is refused even a call that needs nothing (a producer's heartbeat).
+    """
+    verdict = _nothing_needed(user)
     for need in needs:
         verdict = decide(user, acl, need, source_ip)
         if not verdict.allowed:
             return verdict
     return verdict
+
+
+def _nothing_needed(user: User) -> Verdict:
+    if not user.enabled:
+        return Verdict(Decision.DENY, Why.DISABLED, user.username)
+    return Verdict(Decision.ALLOW, Why.NOTHING_NEEDED, user.username)
 
 
 def _matches(entry: PolicyEntry, need: Need, address: IpAddress | None) -> bool:
@@ -224,7 +233,7 @@ class DecisionCache:
         source_ip: str | IpAddress | None,
     ) -> Verdict:
         """:func:`authorize` through the cache."""
-        verdict = Verdict(Decision.ALLOW, Why.NOTHING_NEEDED)
+        verdict = _nothing_needed(user)
         for need in needs:
             verdict = self.decide(policy_version, user, acl, need, source_ip)
             if not verdict.allowed:

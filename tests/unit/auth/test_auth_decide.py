@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orbitmq.auth.decide import DecisionCache, Need, authorize, decide
+from orbitmq.auth.decide import DecisionCache, Need, Why, authorize, decide
 from orbitmq.auth.model import Acl, Action, Decision, Policy, PolicyEntry, Resource, User
 
 APP = User.model_validate({"username": "app", "password": "pw"})
@@ -174,6 +174,8 @@ def test_authorize_needs_every_need_and_names_the_first_refused() -> None:
     refused = authorize(APP, policy, [*needs, sub_group("g2"), pub("orders")], None)
     assert not refused.allowed and refused.need == sub_group("g2")
     assert authorize(APP, None, [], None).allowed
+    assert authorize(OFF, None, [], None).why is Why.DISABLED
+    assert DecisionCache().authorize(1, OFF, None, [], None).why is Why.DISABLED
 
 
 def test_cache_answers_repeats_and_forgets_on_a_new_policy_version() -> None:
