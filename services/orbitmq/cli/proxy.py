@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import settings_or_exit
+from orbitmq.cli.common import server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 from orbitmq.proxy.settings import ENV_PREFIX, ProxySettings
 
@@ -28,6 +28,7 @@ SETTINGS_EXIT_CODE = 2
     help="Name servers 'host:port;host:port' (',' works too; default ORBITMQ_NAMESRV, then 127.0.0.1:9876).",
 )
 @click.option("--advertise", help="host:port put into routes when a client names no access point.")
+@server_tls_options
 def proxy(config_file: Path | None, **flags: object) -> None:
     """Run a proxy: the official Apache RocketMQ 5 clients connect here (their endpoint).
 

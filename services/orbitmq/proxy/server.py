@@ -51,6 +51,7 @@ class Proxy:
             settings.listen,
             metrics_listen=settings.metrics_listen,
             reflection_pool=reflection_pool(),
+            tls=settings,
         )
         self.channels = Channels(settings.namesrv)
         self.clients = ClientRegistry()

@@ -6,17 +6,23 @@ Sources, later winning field by field: a YAML/JSON file (``--config``), environm
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
+from orbitmq.common.tls import ServerTls
 from orbitmq.common.topics import DELAY_LEVELS, parse_delay_levels
 
 ENV_PREFIX = "ORBITMQ_PROXY_"
 MIB = 1024 * 1024
 
 
-class ProxySettings(BaseModel):
+class ProxySettings(ServerTls):
+    """TLS toward the RocketMQ 5 clients (``tls_cert``, ``tls_key``, ``tls_ca``,
+    ``tls_require_client_cert``) comes from :class:`~orbitmq.common.tls.ServerTls`: off unless a
+    certificate is given. The proxy reaches the cluster as any orbitmq client does, over TLS
+    when ``ORBITMQ_TLS_*`` says so (the clients' certificate and the cluster's may differ)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     listen: str = "0.0.0.0:8081"

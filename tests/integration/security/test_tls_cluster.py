@@ -14,68 +14,28 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from brokerkit import TEST_SETTINGS
-from tlskit import Issued, Pki
+from tlskit import TlsCluster, start_tls_cluster
 
-from orbitmq.broker.server import Broker
-from orbitmq.broker.settings import BrokerSettings
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.common.tls import TlsError
-from orbitmq.nameserver.server import NameServer
-from orbitmq.nameserver.settings import NameServerSettings
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class TlsCluster:
-    def __init__(self, namesrv: NameServer, broker: Broker, pki: Pki, server: Issued) -> None:
-        self.namesrv = namesrv
-        self.broker = broker
-        self.pki = pki
-        self.server = server
-
-    @property
-    def address(self) -> str:
-        return self.namesrv.address
-
-
-async def start_tls_cluster(root: Path, *, mutual: bool = False) -> TlsCluster:
-    pki = Pki(root / "pki")
-    server = pki.issue("server")
-    tls = {
-        "tls_cert": server.cert,
-        "tls_key": server.key,
-        "tls_ca": pki.ca,
-        "tls_require_client_cert": mutual,
-    }
-    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None, **tls))
-    await namesrv.start()
-    settings = BrokerSettings(data_dir=root / "broker-a", namesrv=namesrv.address, **{**TEST_SETTINGS, **tls})
-    broker = Broker(settings)
-    try:
-        await broker.start()
-    except BaseException:
-        await namesrv.close()
-        raise
-    return TlsCluster(namesrv, broker, pki, server)
 
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[TlsCluster]:
     running = await start_tls_cluster(tmp_path)
     yield running
-    await running.broker.close()
-    await running.namesrv.close()
+    await running.close()
 
 
 @pytest.fixture
 async def mutual_cluster(tmp_path: Path) -> AsyncIterator[TlsCluster]:
     running = await start_tls_cluster(tmp_path, mutual=True)
     yield running
-    await running.broker.close()
-    await running.namesrv.close()
+    await running.close()
 
 
 async def _produce_and_pull(namesrv: str, topic: str, count: int) -> list[str]:

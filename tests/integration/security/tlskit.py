@@ -14,12 +14,17 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from brokerkit import TEST_SETTINGS
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from orbitmq.broker.server import Broker
+from orbitmq.broker.settings import BrokerSettings
 from orbitmq.common.server import split_host_port
+from orbitmq.nameserver.server import NameServer
+from orbitmq.nameserver.settings import NameServerSettings
 
 SERVER_NAMES = ("localhost", "127.0.0.1")
 """What a test server's certificate names: the tests connect to 127.0.0.1."""
@@ -136,3 +141,43 @@ def served_serial(address: str, ca: Path) -> int:
         der = connection.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
+
+
+@dataclass
+class TlsCluster:
+    """A name server and a broker serving TLS with certificates of one CA (mutual TLS optional)."""
+
+    namesrv: NameServer
+    broker: Broker
+    pki: Pki
+    server: Issued
+
+    @property
+    def address(self) -> str:
+        return self.namesrv.address
+
+    async def close(self) -> None:
+        await self.broker.close()
+        await self.namesrv.close()
+
+
+async def start_tls_cluster(root: Path, *, mutual: bool = False) -> TlsCluster:
+    """Both on free ports of 127.0.0.1, their certificate naming it; the broker registered."""
+    pki = Pki(root / "pki")
+    server = pki.issue("server")
+    tls = {
+        "tls_cert": server.cert,
+        "tls_key": server.key,
+        "tls_ca": pki.ca,
+        "tls_require_client_cert": mutual,
+    }
+    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None, **tls))
+    await namesrv.start()
+    settings = BrokerSettings(data_dir=root / "broker-a", namesrv=namesrv.address, **{**TEST_SETTINGS, **tls})
+    broker = Broker(settings)
+    try:
+        await broker.start()
+    except BaseException:
+        await namesrv.close()
+        raise
+    return TlsCluster(namesrv, broker, pki, server)
