@@ -114,7 +114,7 @@ def server_tls_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--tls-cert",
             type=click.Path(dir_okay=False, path_type=Path),
-            help="Certificate chain (PEM): serve TLS only; also this process's client certificate.",
+            help="Certificate chain (PEM): serve TLS only (no plaintext port beside it).",
         ),
         click.option(
             "--tls-key",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import NAMESRV_ENV, settings_or_exit
+from orbitmq.cli.common import NAMESRV_ENV, server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 
 
@@ -20,6 +20,7 @@ from orbitmq.cli.serve import serve
 )
 @click.option("--namesrv", help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).")
 @click.option("--group", help="Consumer group.")
+@server_tls_options
 @click.option(
     "--subscribe",
     "subscriptions",

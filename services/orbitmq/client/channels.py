@@ -85,7 +85,9 @@ class Channels:
         answer wins (the others are cancelled). A hung first name server (it accepts the
         connection and never answers) costs a new process a quarter of a second, not the whole
         timeout. Every address is asked at most once per call; a non-connection failure is the
-        server's answer and is raised at once.
+        server's answer and is raised at once. A name server that refuses the TLS handshake is
+        passed over like an unreachable one, and when none answered, the call raises its
+        :class:`TlsError` (the cause) rather than "no name server answered".
         """
         order = [
             (self._preferred_namesrv + step) % len(self.namesrv_addrs)
@@ -93,6 +95,7 @@ class Channels:
         ]
         pending: dict[asyncio.Task[object], int] = {}
         failures: list[str] = []
+        refused: TlsError | None = None
         try:
             while order or pending:
                 if order:
@@ -111,7 +114,7 @@ class Channels:
                         reply = task.result()
                     except grpc.aio.AioRpcError as error:
                         self._check_reachable_failure(error, address, method)
-                        await self.raise_tls_failure(address, error)
+                        refused = await explain(error, address, self.tls) or refused
                         failures.append(f"{address} {error.code().name.lower()}")
                         self.unanswered.add(address)
                         continue
@@ -124,6 +127,8 @@ class Channels:
                 self.unanswered.add(self.namesrv_addrs[index])
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+        if refused is not None:
+            raise refused
         raise RpcFailure(
             ErrorReason.SERVICE_NOT_AVAILABLE,
             f"no name server answered ({'; '.join(failures)}); check --namesrv or {NAMESRV_ENV}",

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import grpc
-
 from orbitmq.common.properties import check_user_properties
 from orbitmq.common.server import GRPC_OPTIONS
+from orbitmq.common.tls import TlsFiles, open_channel
 from orbitmq.common.topics import KEY_SEPARATOR, Property
 from orbitmq.sidecar.sends import SidecarSends
 from orbitmq.store.record import StoredMessage, decode_all
@@ -156,9 +155,12 @@ class Delivery:
 
 
 class SidecarClient:
-    def __init__(self, address: str = DEFAULT_ADDRESS) -> None:
+    def __init__(self, address: str = DEFAULT_ADDRESS, tls: TlsFiles | None = None) -> None:
+        """``tls``: the sidecar's CA (and this application's certificate under mutual TLS) when
+        the sidecar serves TLS; plaintext without, whatever ``ORBITMQ_TLS_*`` says (those are
+        the cluster's, and an application usually reaches its sidecar over localhost)."""
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self._channel = open_channel(address, tls, GRPC_OPTIONS)
         self._stub = sidecar_pb2_grpc.SidecarStub(self._channel)
         self.sends = SidecarSends(self._stub)
         """This client's sends: :attr:`SidecarSends.calls` made for its :attr:`SidecarSends.messages`."""

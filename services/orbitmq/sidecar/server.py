@@ -78,7 +78,9 @@ class Sidecar:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
         self.hub = DeliveryHub(settings.max_in_flight)
-        self.grpc = GrpcServer("sidecar", settings.listen, metrics_listen=settings.metrics_listen)
+        self.grpc = GrpcServer(
+            "sidecar", settings.listen, metrics_listen=settings.metrics_listen, tls=settings
+        )
         self.metrics = ConsumerMetrics(settings.group, settings.instance_name, registry=self.grpc.registry)
         threads, batch = listener_shape(settings.max_in_flight, settings.orderly)
         self.grpc.registry.register(_SidecarCollector(self))

@@ -7,11 +7,12 @@ import socket
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
+from orbitmq.common.tls import ServerTls
 
 ENV_PREFIX = "ORBITMQ_SIDECAR_"
 SQL_PREFIX = "sql:"
@@ -39,7 +40,12 @@ class SubscriptionSpec:
         return cls(topic.strip(), expression or "*")
 
 
-class SidecarSettings(BaseModel):
+class SidecarSettings(ServerTls):
+    """TLS toward the applications (``tls_cert``, ``tls_key``, ``tls_ca``,
+    ``tls_require_client_cert``) comes from :class:`~orbitmq.common.tls.ServerTls`: off unless a
+    certificate is given (applications reach it over localhost). The sidecar's consumer reaches
+    the cluster as any orbitmq client does, over TLS when ``ORBITMQ_TLS_*`` says so."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namesrv: str = "127.0.0.1:9876"

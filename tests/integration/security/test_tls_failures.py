@@ -204,3 +204,17 @@ async def test_broker_refuses_to_start_when_its_name_server_refuses_the_handshak
         with pytest.raises(StartupError, match="not signed by a CA"):
             await Broker(settings).start()
         assert time.monotonic() - started < 5
+
+
+async def test_one_name_server_refusing_the_handshake_is_passed_over(tmp_path: Path) -> None:
+    """A name server with a TLS mistake (here: plaintext) does not stop a call another one can
+    answer; the cause is raised only when none answers."""
+    pki = Pki(tmp_path)
+    server = pki.issue("server")
+    async with name_server() as plain, name_server(tls_cert=server.cert, tls_key=server.key) as secure:
+        channels = Channels([plain.address, secure.address], tls=ClientTls(tls_ca=pki.ca))
+        try:
+            await channels.namesrv_call("GetClusterInfo", nameserver_pb2.GetClusterInfoRequest())
+        finally:
+            await channels.close()
+        assert "speaks plaintext, not TLS" in await refusal(plain.address, ClientTls(tls_ca=pki.ca))
