@@ -143,7 +143,9 @@ class TlsFiles(BaseModel):
             return value
         _read_pem(value, "tls_key", _BEGIN_KEY, "an unencrypted private key")
         try:
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(value))
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                str(cert), str(value.expanduser())
+            )
         except ssl.SSLError as error:
             if "KEY_VALUES_MISMATCH" in str(error) or error.reason == "KEY_VALUES_MISMATCH":
                 raise ValueError(

@@ -218,3 +218,21 @@ async def test_one_name_server_refusing_the_handshake_is_passed_over(tmp_path: P
         finally:
             await channels.close()
         assert "speaks plaintext, not TLS" in await refusal(plain.address, ClientTls(tls_ca=pki.ca))
+
+
+def test_settings_from_the_environment_and_a_file_name_their_source(tmp_path: Path) -> None:
+    from orbitmq.common.settings import SettingsError, load_settings
+
+    pki = Pki(tmp_path)
+    server, other = pki.issue("server"), pki.issue("other")
+    environ = {"ORBITMQ_BROKER_TLS_CERT": str(server.cert), "ORBITMQ_BROKER_TLS_KEY": str(other.key)}
+    with pytest.raises(
+        SettingsError, match=r"tls_key: .*does not match.*\[from environment ORBITMQ_BROKER_TLS_KEY\]"
+    ):
+        load_settings(BrokerSettings, env_prefix="ORBITMQ_BROKER_", environ=environ)
+    config = tmp_path / "broker.yaml"
+    config.write_text(
+        f"tls_cert: {server.cert}\ntls_key: {server.key}\ntls_ca: {pki.ca}\ntls_require_client_cert: true\n"
+    )
+    settings = load_settings(BrokerSettings, file=config, env_prefix="ORBITMQ_BROKER_", environ={})
+    assert settings.tls_require_client_cert and settings.tls_cert == server.cert
