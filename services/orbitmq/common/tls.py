@@ -147,7 +147,7 @@ class TlsFiles(BaseModel):
                 str(cert), str(value.expanduser())
             )
         except ssl.SSLError as error:
-            if "KEY_VALUES_MISMATCH" in str(error) or error.reason == "KEY_VALUES_MISMATCH":
+            if error.reason == "KEY_VALUES_MISMATCH":
                 raise ValueError(
                     f"tls_key {value} does not match the certificate in tls_cert {cert}"
                 ) from None
@@ -155,10 +155,6 @@ class TlsFiles(BaseModel):
                 f"tls_key {value} cannot be used with tls_cert {cert} ({error.reason})"
             ) from None
         return value.expanduser()
-
-    @property
-    def has_cert(self) -> bool:
-        return self.tls_cert is not None
 
     @property
     def client_enabled(self) -> bool:
@@ -196,7 +192,7 @@ class ClientTls(TlsFiles):
         :class:`TlsConfigError` naming the variable and the rule."""
         environ = os.environ if environ is None else environ
         values = {field: environ[name] for field, name in CLIENT_ENV.items() if environ.get(name)}
-        return client_tls(values, {field: name for field, name in CLIENT_ENV.items()})
+        return client_tls(values, CLIENT_ENV)
 
 
 class TlsConfigError(OrbitError, ValueError):
