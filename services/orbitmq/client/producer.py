@@ -40,7 +40,7 @@ from orbitmq.client.accumulator import (
     PendingSend,
     SendAccumulator,
 )
-from orbitmq.client.channels import FRESH_CHANNEL_OPTIONS, Channels
+from orbitmq.client.channels import Channels
 from orbitmq.client.faults import LatencyFaults
 from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
 from orbitmq.client.producer_routes import WriteQueue, WriteRoutes
@@ -240,7 +240,7 @@ class Producer:
     async def _probe(self, address: str) -> bool:
         """Whether the broker at ``address`` answers a heartbeat on a channel of its own (the
         producer's may still wait out a reconnect backoff, see :meth:`Channels.reconnect`)."""
-        async with grpc.aio.insecure_channel(address, options=FRESH_CHANNEL_OPTIONS) as channel:
+        async with self._channels.fresh_channel(address) as channel:  # with the client's TLS
             try:
                 stub = broker_pb2_grpc.BrokerStub(channel)
                 await stub.Heartbeat(self._heartbeat_request(), timeout=self._probe_interval_s)
