@@ -221,6 +221,19 @@ _BROKER: dict[str, RpcRule] = {
     "GetReplicaConfig": RpcRule(_cluster(UPDATE)),
     "ChangeRole": RpcRule(_cluster(UPDATE)),
     "GetHaState": RpcRule(_cluster(GET)),
+    # Users and ACLs as RocketMQ 5.3 guards them (CreateUserRequestHeader & co.): changes are
+    # Update on the cluster, reads Get; the servicer also refuses a non-super caller a change
+    # to a super user.
+    "CreateUser": RpcRule(_cluster(UPDATE)),
+    "UpdateUser": RpcRule(_cluster(UPDATE)),
+    "DeleteUser": RpcRule(_cluster(UPDATE)),
+    "GetUser": RpcRule(_cluster(GET)),
+    "ListUsers": RpcRule(_cluster(GET)),
+    "CreateAcl": RpcRule(_cluster(UPDATE)),
+    "UpdateAcl": RpcRule(_cluster(UPDATE)),
+    "DeleteAcl": RpcRule(_cluster(UPDATE)),
+    "GetAcl": RpcRule(_cluster(GET)),
+    "ListAcls": RpcRule(_cluster(GET)),
 }
 
 _NAME_SERVER: dict[str, RpcRule] = {

@@ -23,6 +23,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_ARGUMENT: _ClassVar[ErrorReason]
     STALE_EPOCH: _ClassVar[ErrorReason]
     WOULD_HIDE_MESSAGES: _ClassVar[ErrorReason]
+    USER_NOT_EXIST: _ClassVar[ErrorReason]
+    ACL_NOT_EXIST: _ClassVar[ErrorReason]
 
 class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -75,6 +77,8 @@ SERVICE_NOT_AVAILABLE: ErrorReason
 INVALID_ARGUMENT: ErrorReason
 STALE_EPOCH: ErrorReason
 WOULD_HIDE_MESSAGES: ErrorReason
+USER_NOT_EXIST: ErrorReason
+ACL_NOT_EXIST: ErrorReason
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_OK: SendStatus
 FLUSH_DISK_TIMEOUT: SendStatus
@@ -863,16 +867,18 @@ class GetReplicaConfigRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReplicaConfig(_message.Message):
-    __slots__ = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets")
+    __slots__ = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets", "auth")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_GROUPS_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     DELAY_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
     topics: bytes
     subscription_groups: bytes
     consumer_offsets: bytes
     delay_offsets: bytes
-    def __init__(self, topics: _Optional[bytes] = ..., subscription_groups: _Optional[bytes] = ..., consumer_offsets: _Optional[bytes] = ..., delay_offsets: _Optional[bytes] = ...) -> None: ...
+    auth: bytes
+    def __init__(self, topics: _Optional[bytes] = ..., subscription_groups: _Optional[bytes] = ..., consumer_offsets: _Optional[bytes] = ..., delay_offsets: _Optional[bytes] = ..., auth: _Optional[bytes] = ...) -> None: ...
 
 class ChangeRoleRequest(_message.Message):
     __slots__ = ("role", "epoch", "broker_id", "master_addr")
@@ -929,3 +935,103 @@ class HaState(_message.Message):
     master_addr: str
     replication_lag_bytes: int
     def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochRecord, _Mapping]]] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_addr: _Optional[str] = ..., replication_lag_bytes: _Optional[int] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class UpdateUserRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("username",)
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    def __init__(self, username: _Optional[str] = ...) -> None: ...
+
+class GetUserRequest(_message.Message):
+    __slots__ = ("username",)
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    def __init__(self, username: _Optional[str] = ...) -> None: ...
+
+class UserResponse(_message.Message):
+    __slots__ = ("user", "version", "acl_deleted")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACL_DELETED_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    version: int
+    acl_deleted: bool
+    def __init__(self, user: _Optional[str] = ..., version: _Optional[int] = ..., acl_deleted: _Optional[bool] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: str
+    def __init__(self, filter: _Optional[str] = ...) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users", "version")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedScalarFieldContainer[str]
+    version: int
+    def __init__(self, users: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class CreateAclRequest(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: str
+    def __init__(self, acl: _Optional[str] = ...) -> None: ...
+
+class UpdateAclRequest(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: str
+    def __init__(self, acl: _Optional[str] = ...) -> None: ...
+
+class DeleteAclRequest(_message.Message):
+    __slots__ = ("subject", "resources", "policy_type")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    policy_type: str
+    def __init__(self, subject: _Optional[str] = ..., resources: _Optional[_Iterable[str]] = ..., policy_type: _Optional[str] = ...) -> None: ...
+
+class GetAclRequest(_message.Message):
+    __slots__ = ("subject",)
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    def __init__(self, subject: _Optional[str] = ...) -> None: ...
+
+class AclResponse(_message.Message):
+    __slots__ = ("acl", "version")
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    acl: str
+    version: int
+    def __init__(self, acl: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ("subject_filter", "resource_filter")
+    SUBJECT_FILTER_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FILTER_FIELD_NUMBER: _ClassVar[int]
+    subject_filter: str
+    resource_filter: str
+    def __init__(self, subject_filter: _Optional[str] = ..., resource_filter: _Optional[str] = ...) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("acls", "version")
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedScalarFieldContainer[str]
+    version: int
+    def __init__(self, acls: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ...) -> None: ...

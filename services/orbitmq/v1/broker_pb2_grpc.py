@@ -199,6 +199,56 @@ class BrokerStub:
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.GetConsumerListRequest.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ConsumerConnections.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/orbitmq.v1.Broker/CreateUser',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.CreateUserRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.UpdateUser = channel.unary_unary(
+                '/orbitmq.v1.Broker/UpdateUser',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.UpdateUserRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/orbitmq.v1.Broker/DeleteUser',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.GetUser = channel.unary_unary(
+                '/orbitmq.v1.Broker/GetUser',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.GetUserRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/orbitmq.v1.Broker/ListUsers',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.CreateAcl = channel.unary_unary(
+                '/orbitmq.v1.Broker/CreateAcl',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.CreateAclRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+                _registered_method=True)
+        self.UpdateAcl = channel.unary_unary(
+                '/orbitmq.v1.Broker/UpdateAcl',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.UpdateAclRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcl = channel.unary_unary(
+                '/orbitmq.v1.Broker/DeleteAcl',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.DeleteAclRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+                _registered_method=True)
+        self.GetAcl = channel.unary_unary(
+                '/orbitmq.v1.Broker/GetAcl',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.GetAclRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/orbitmq.v1.Broker/ListAcls',
+                request_serializer=orbitmq_dot_v1_dot_broker__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_broker__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
         self.Replicate = channel.stream_stream(
                 '/orbitmq.v1.Broker/Replicate',
                 request_serializer=orbitmq_dot_v1_dot_broker__pb2.ReplicaAck.SerializeToString,
@@ -441,6 +491,76 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """-- users and ACLs (ACL 2.0; documents in RocketMQ 5.3's JSON shape) ----------------------
+        Changes are made on a master, stored durably before the answer and copied to its slaves
+        (GetReplicaConfig). Answers never carry a user's secret.
+        Refused (INVALID_ARGUMENT) when the username exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateUser(self, request, context):
+        """Changes only the fields the document gives besides `username` (USER_NOT_EXIST otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Deletes the user and its ACL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcl(self, request, context):
+        """Adds policy entries to the subject's ACL (created if absent); an entry for a resource the
+        ACL already holds in that policy type is refused as an overlap (update replaces it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAcl(self, request, context):
+        """Adds entries, replacing those of the ACL for the same policy type and resource.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcl(self, request, context):
+        """Deletes the entries for `resources` (all of the ACL when none is given).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Replicate(self, request_iterator, context):
         """-- high availability (master/slave replication) ------------------------------------------
         A slave streams the master's commit log. The slave's first ReplicaAck says where its log
@@ -452,7 +572,7 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetReplicaConfig(self, request, context):
-        """Topics, subscription groups, consumer offsets and delay progress, copied by slaves.
+        """Topics, subscription groups, consumer offsets, delay progress, users and ACLs, copied by slaves.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -639,6 +759,56 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetConsumerConnections,
                     request_deserializer=orbitmq_dot_v1_dot_broker__pb2.GetConsumerListRequest.FromString,
                     response_serializer=orbitmq_dot_v1_dot_broker__pb2.ConsumerConnections.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.CreateUserRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.SerializeToString,
+            ),
+            'UpdateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateUser,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.UpdateUserRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.DeleteUserRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.SerializeToString,
+            ),
+            'GetUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUser,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.GetUserRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.UserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ListUsersRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'CreateAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcl,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.CreateAclRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.SerializeToString,
+            ),
+            'UpdateAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAcl,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.UpdateAclRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.SerializeToString,
+            ),
+            'DeleteAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcl,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.DeleteAclRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.SerializeToString,
+            ),
+            'GetAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAcl,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.GetAclRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.AclResponse.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=orbitmq_dot_v1_dot_broker__pb2.ListAclsRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_broker__pb2.ListAclsResponse.SerializeToString,
             ),
             'Replicate': grpc.stream_stream_rpc_method_handler(
                     servicer.Replicate,
@@ -1552,6 +1722,276 @@ class Broker:
             '/orbitmq.v1.Broker/GetConsumerConnections',
             orbitmq_dot_v1_dot_broker__pb2.GetConsumerListRequest.SerializeToString,
             orbitmq_dot_v1_dot_broker__pb2.ConsumerConnections.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/CreateUser',
+            orbitmq_dot_v1_dot_broker__pb2.CreateUserRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/UpdateUser',
+            orbitmq_dot_v1_dot_broker__pb2.UpdateUserRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/DeleteUser',
+            orbitmq_dot_v1_dot_broker__pb2.DeleteUserRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/GetUser',
+            orbitmq_dot_v1_dot_broker__pb2.GetUserRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/ListUsers',
+            orbitmq_dot_v1_dot_broker__pb2.ListUsersRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/CreateAcl',
+            orbitmq_dot_v1_dot_broker__pb2.CreateAclRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/UpdateAcl',
+            orbitmq_dot_v1_dot_broker__pb2.UpdateAclRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/DeleteAcl',
+            orbitmq_dot_v1_dot_broker__pb2.DeleteAclRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/GetAcl',
+            orbitmq_dot_v1_dot_broker__pb2.GetAclRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.AclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.Broker/ListAcls',
+            orbitmq_dot_v1_dot_broker__pb2.ListAclsRequest.SerializeToString,
+            orbitmq_dot_v1_dot_broker__pb2.ListAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,7 +36,7 @@ T, GR, CL = Resource.topic, Resource.group, Resource.cluster
 
 
 def test_every_generated_rpc_is_in_the_table_and_nothing_else() -> None:
-    assert len(METHODS) == 50
+    assert len(METHODS) == 60
     assert set(RULES) == set(METHODS)
 
 
@@ -204,6 +204,7 @@ def _acl(*entries: tuple[str, str]) -> Acl:
 
 APP = User.model_validate({"username": "app", "password": "pw"})
 ROOT = User.model_validate({"username": "root", "password": "pw", "userType": "Super"})
+USER_AND_ACL_CHANGES = ("CreateUser", "UpdateUser", "DeleteUser", "CreateAcl", "UpdateAcl", "DeleteAcl")
 CLUSTER_MOVERS = [
     (B + "ChangeRole", broker_pb2.ChangeRoleRequest()),
     (B + "Replicate", broker_pb2.ReplicaAck()),
@@ -211,6 +212,7 @@ CLUSTER_MOVERS = [
     (N + "WipeWritePerm", nameserver_pb2.WipeWritePermRequest()),
     (N + "AddWritePerm", nameserver_pb2.AddWritePermRequest()),
     (N + "RegisterBroker", nameserver_pb2.RegisterBrokerRequest(cluster="DefaultCluster")),
+    *((B + m, GetMessageClass(METHODS[B + m].input_type)()) for m in USER_AND_ACL_CHANGES),
 ]
 
 
