@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import yaml
 
+from orbitmq.auth.audit import DECISION_LABELS
 from orbitmq.store.config import BrokerRole
 
 RUNBOOK = "docs/runbook.md"
@@ -80,6 +81,18 @@ FAILOVER_WINDOW = "1h"
 _DLQ_OFFSET = f'orbitmq_queue_max_offset{{topic=~"{DLQ_TOPICS}"}}'
 _DLQ_KEY = "namespace, broker, topic, queue"
 FAILOVERS_REPEATED = 2
+
+REFUSED_DECISIONS = "|".join(
+    label for kind, label in DECISION_LABELS.items() if kind != "allowed_admin_change"
+)
+"""``decision`` values of ``orbitmq_auth_decisions_total`` that are refusals: failed
+authentications and ACL denials."""
+AUTH_REFUSALS_WINDOW = "5m"
+AUTH_REFUSALS_BURST = 50
+"""Refused requests within the window, per namespace and scrape job, above which someone should
+look: a client with a stale secret or a missing grant retrying once every few seconds passes it
+in minutes, a scan of keys or topics at once, while an operator's occasional typo (a handful)
+does not. Both kinds are summed: a guesser fails authentication, a stolen key gets denials."""
 
 
 Severity = Literal["critical", "warning"]
@@ -308,11 +321,32 @@ OPERATOR = (
     ),
 )
 
+SECURITY = (
+    Alert(
+        "OrbitMQAuthDenialsBurst",
+        f"""
+        sum by (namespace, job) (
+          increase(orbitmq_auth_decisions_total{{decision=~"{REFUSED_DECISIONS}"}}[{AUTH_REFUSALS_WINDOW}])
+        )
+        > {AUTH_REFUSALS_BURST}
+        """,
+        "2m",
+        "warning",
+        "Many requests are refused authentication or authorization",
+        f"""Servers of job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} requests
+        (failed authentications and ACL denials) in the last {AUTH_REFUSALS_WINDOW} (bound
+        {AUTH_REFUSALS_BURST}): a client runs with a wrong or revoked secret or without a grant
+        it needs, or someone is trying keys or resources. The orbitmq.audit log names who, from
+        where and on what.""",
+    ),
+)
+
 GROUPS: tuple[tuple[str, tuple[Alert, ...]], ...] = (
     ("orbitmq-brokers", BROKERS),
     ("orbitmq-storage", STORAGE),
     ("orbitmq-consumers", CONSUMERS),
     ("orbitmq-operator", OPERATOR),
+    ("orbitmq-security", SECURITY),
 )
 
 

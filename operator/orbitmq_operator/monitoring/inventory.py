@@ -24,6 +24,7 @@ SOURCES = (
     "orbitmq.client.consumer_metrics",
     "orbitmq.sidecar.server",
     "orbitmq.proxy.metrics",
+    "orbitmq.auth.audit",
     "orbitmq_operator.metrics",
 )
 """The modules that define every ``orbitmq_*`` family (DESIGN §9, README "Metrics")."""

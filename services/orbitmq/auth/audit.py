@@ -55,9 +55,6 @@ DECISION_LABELS: dict[str, str] = {
 }
 """The metric's ``decision`` label for each kind of event."""
 
-METRIC = "orbitmq_auth_decisions"
-"""Counter family (exposed as ``orbitmq_auth_decisions_total``)."""
-
 REDACTED = "***"
 
 _SECRET_VALUE = re.compile(
@@ -167,7 +164,7 @@ class AuditCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
-            METRIC,
+            "orbitmq_auth_decisions",  # a literal: the monitoring inventory reads it from here
             "Audited authentication and authorization outcomes: authentication failures, "
             "denials, and allowed admin changes of users and ACLs",
             labels=["decision", "action", "resource_type"],

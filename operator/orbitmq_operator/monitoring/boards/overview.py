@@ -1,7 +1,9 @@
-"""Overview: brokers registered and up, roles and epochs, traffic, latency and errors."""
+"""Overview: brokers registered and up, roles and epochs, traffic, latency, errors and security
+(refused requests and admin changes of users and ACLs, from every server's audit counter)."""
 
 from __future__ import annotations
 
+from orbitmq.auth.audit import DECISION_LABELS
 from orbitmq_operator.monitoring.panels import (
     RI,
     B,
@@ -9,12 +11,17 @@ from orbitmq_operator.monitoring.panels import (
     Query,
     Rows,
     T,
+    increase,
     quantiles,
     rate,
     stat_panel,
     table_panel,
     ts,
 )
+
+REFUSED = "|".join(label for kind, label in DECISION_LABELS.items() if kind != "allowed_admin_change")
+"""``decision`` values of ``orbitmq_auth_decisions_total`` that are refusals."""
+ALLOWED = DECISION_LABELS["allowed_admin_change"]
 
 
 def rows() -> Rows:
@@ -119,6 +126,37 @@ def rows() -> Rows:
                     "Route lookups",
                     Query(rate("orbitmq_nameserver_route_queries_total", "outcome"), "{{outcome}}"),
                     unit="ops",
+                ),
+            ],
+        ),
+        (
+            "Security",
+            [
+                ts(
+                    "Refused requests",
+                    Query(
+                        rate(
+                            f'orbitmq_auth_decisions_total{{decision=~"{REFUSED}"}}',
+                            "decision, action, resource_type",
+                        ),
+                        "{{decision}} {{action}} {{resource_type}}",
+                    ),
+                    unit="ops",
+                    description="Failed authentications (unknown key, bad signature, date outside the "
+                    "window, disabled user) and ACL denials, per action and resource type, summed over "
+                    "every server. Each is one line of the servers' orbitmq.audit log, naming who, "
+                    "from where and on what.",
+                ),
+                ts(
+                    "Admin changes",
+                    Query(
+                        increase(
+                            f'orbitmq_auth_decisions_total{{decision="{ALLOWED}"}}', "action, resource_type"
+                        ),
+                        "{{action}} {{resource_type}}",
+                    ),
+                    description="Users and ACLs created, updated or deleted (each also logged on "
+                    "orbitmq.audit): a change just before refusals start is the first suspect.",
                 ),
             ],
         ),
