@@ -29,6 +29,7 @@ import grpc
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from orbitmq.common.credentials import own_credentials, signed
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.tasks import TaskSet
@@ -229,7 +230,9 @@ class ReplicationClient:
             await asyncio.sleep(PROMOTION_POLL_S if awaiting else RECONNECT_S)
 
     async def _stream(self, address: str) -> None:
-        async with open_channel(address, self.b.settings, GRPC_OPTIONS) as channel:
+        async with signed(
+            open_channel(address, self.b.settings, GRPC_OPTIONS), own_credentials(self.b.settings)
+        ) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
             state = await stub.GetHaState(broker_pb2.GetHaStateRequest(), timeout=5)
             if state.role == BrokerRole.SLAVE.value:
@@ -278,7 +281,10 @@ class ReplicationClient:
                     if channel is None or channel_addr != address:
                         if channel is not None:
                             await channel.close()
-                        channel = open_channel(address, self.b.settings, GRPC_OPTIONS)
+                        channel = signed(
+                            open_channel(address, self.b.settings, GRPC_OPTIONS),
+                            own_credentials(self.b.settings),
+                        )
                         channel_addr = address
                     try:
                         await self.copy_config(broker_pb2_grpc.BrokerStub(channel), address)

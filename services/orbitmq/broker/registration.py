@@ -21,6 +21,7 @@ from collections.abc import Callable
 import grpc
 
 from orbitmq.common.clock import Clock
+from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.server import GRPC_OPTIONS, StartupError
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.tls import TlsFiles, explain, open_channel
@@ -100,6 +101,7 @@ class Registrar:
         interval_s: the heartbeat period in seconds (``register_interval_ms``).
         clock: for the failure log's pacing.
         tls: the broker's TLS files: name servers are called over TLS when any is set.
+        credentials: what every registration is signed with (the bootstrap super user), if any.
     """
 
     def __init__(
@@ -113,9 +115,11 @@ class Registrar:
         clock: Clock,
         owner: str,
         tls: TlsFiles | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.addresses = addresses
         self._tls = tls
+        self._credentials = credentials
         self._refused: dict[str, str] = {}
         """Name servers whose last registration failed its TLS handshake, with the cause."""
         self._build_request = build_request
@@ -238,7 +242,9 @@ class Registrar:
     def _stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self._tls, GRPC_OPTIONS)
+            channel = self._channels[address] = signed(
+                open_channel(address, self._tls, GRPC_OPTIONS), self._credentials
+            )
         return nameserver_pb2_grpc.NameServerStub(channel)
 
 

@@ -46,6 +46,8 @@ from orbitmq.broker.timer.service import TimerService
 from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to_proto
 from orbitmq.broker.transactions import TransactionService
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.credentials import own_credentials
+from orbitmq.common.guard import broker_guard
 from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer, split_host_port
@@ -74,6 +76,7 @@ class Broker:
             settings.listen,
             metrics_listen=settings.metrics_listen,
             tls=settings,
+            guard=broker_guard(self),
         )
         self.metrics = BrokerMetrics(self.grpc.registry, settings.broker_name)
         self._tasks = TaskSet(f"broker:{settings.broker_name}")
@@ -94,6 +97,7 @@ class Broker:
             clock=clock,
             owner=settings.broker_name,
             tls=settings,
+            credentials=own_credentials(settings),
         )
         self._master_tasks = TaskSet(f"broker-master:{settings.broker_name}")
         self._role_lock = asyncio.Lock()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
+from orbitmq.auth.rpcs import GET, PUB
 from orbitmq.broker.durable_config import persist_now
 from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.pop.handles import MAX_ACKS_PER_CALL, InvalidReceiptHandle
@@ -30,6 +31,7 @@ from orbitmq.broker.topic_changes import (
     plan_update,
 )
 from orbitmq.broker.topics import retry_topic, topic_to_proto
+from orbitmq.common.guard import authorize_topic_deferred
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.properties import BROKER_PROPERTIES, SystemPropertyError, check_sent_properties
 from orbitmq.common.rpc import RpcFailure, parse_request, returns_reply_bytes, takes_request_bytes
@@ -190,6 +192,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         if scanned is not None and not scanned.header.sys_flag:
             # The usual send, on the C path: no protobuf object, no Python object per message.
             head = scanned.header
+            authorize_topic_deferred(PUB, head.topic)
             queue_id, born = self._destination(head, context)
             await b.save_created_config()  # this send created its topic: on disk before the message
             batch = ScannedBatch(
@@ -209,6 +212,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
         else:
             self.python_path_sends += 1
             request = head = _parse_send(data)
+            authorize_topic_deferred(PUB, request.topic)
             if not request.messages:
                 raise RpcFailure(ErrorReason.MESSAGE_ILLEGAL, "a send must carry at least one message")
             queue_id, born = self._destination(request, context)
@@ -712,6 +716,7 @@ class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
             raise RpcFailure(
                 ErrorReason.INVALID_OFFSET, f"message {request.msg_id!r} is not stored on this broker"
             )
+        authorize_topic_deferred(GET, message.topic)
         return broker_pb2.QueryMessageResponse(records=[self._record(message.physical_offset, message.size)])
 
     def _record(self, offset: int, size: int) -> bytes:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, field_validator
 
+from orbitmq.common.guard import ServerAuth
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
 from orbitmq.common.tls import ServerTls
@@ -18,10 +19,12 @@ MIN_POP_SNAPSHOT_INTERVAL_MS = 100
 loop into a busy one (below 200 ms of retention the last snapshot may then go)."""
 
 
-class BrokerSettings(ServerTls):
+class BrokerSettings(ServerTls, ServerAuth):
     """TLS (``tls_cert``, ``tls_key``, ``tls_ca``, ``tls_require_client_cert``) comes from
     :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given. The broker's
-    calls to name servers and to its master use the same files (TLS when any is set)."""
+    calls to name servers and to its master use the same files (TLS when any is set). Auth
+    (``auth_enabled``, the bootstrap super user its own calls are signed as) comes from
+    :class:`~orbitmq.common.guard.ServerAuth`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import grpc
 
+from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.namesrv_list import NAMESRV_ENV, parse_namesrv_list
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
@@ -36,13 +38,21 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Channels:
-    def __init__(self, namesrv: str | list[str] | None = None, tls: ClientTls | None = None) -> None:
+    def __init__(
+        self,
+        namesrv: str | list[str] | None = None,
+        tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         """``namesrv``: ``"host:port;host:port"`` (``,`` works too) or a list; None reads
         ``ORBITMQ_NAMESRV``, then the local default ``127.0.0.1:9876``. A malformed list raises
         :class:`~orbitmq.common.namesrv_list.NamesrvListError`. ``tls``: None reads
         ``ORBITMQ_TLS_CA``/``_CERT``/``_KEY``/``_SERVER_NAME`` (a bad one raises
-        :class:`~orbitmq.common.tls.TlsConfigError`); none set is plaintext."""
+        :class:`~orbitmq.common.tls.TlsConfigError`); none set is plaintext. ``credentials``:
+        every call is signed with them (servers with auth on need it); None reads
+        ``ORBITMQ_ACCESS_KEY``/``ORBITMQ_SECRET_KEY``, neither set signs nothing."""
         self.tls = tls if tls is not None else ClientTls.from_env()
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self.namesrv_addrs = parse_namesrv_list(namesrv or os.environ.get(NAMESRV_ENV, DEFAULT_NAMESRV))
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
@@ -59,7 +69,11 @@ class Channels:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self.tls, GRPC_OPTIONS)
+            channel = self._channels[address] = self._open(address, GRPC_OPTIONS)
+        return channel
+
+    def _open(self, address: str, options: list[tuple[str, Any]]) -> grpc.aio.Channel:
+        channel: grpc.aio.Channel = signed(open_channel(address, self.tls, options), self.credentials)
         return channel
 
     def broker(self, address: str) -> broker_pb2_grpc.BrokerStub:
@@ -195,7 +209,7 @@ class Channels:
     def fresh_channel(self, address: str) -> grpc.aio.Channel:
         """A channel of its own to ``address`` (its own connection, :data:`FRESH_CHANNEL_OPTIONS`),
         with this client's TLS; the caller closes it (a probe of a broker that was down)."""
-        return open_channel(address, self.tls, FRESH_CHANNEL_OPTIONS)
+        return self._open(address, FRESH_CHANNEL_OPTIONS)
 
     def reconnect(self, address: str) -> None:
         """Open a new channel to ``address`` for the calls that follow.
@@ -213,7 +227,7 @@ class Channels:
         self._namesrvs.pop(address, None)
         if channel is not None:
             self._retired.append(channel)
-        self._channels[address] = open_channel(address, self.tls, FRESH_CHANNEL_OPTIONS)
+        self._channels[address] = self._open(address, FRESH_CHANNEL_OPTIONS)
 
     async def close(self) -> None:
         for channel in [*self._channels.values(), *self._retired]:

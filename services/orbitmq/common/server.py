@@ -20,8 +20,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
 from orbitmq.common.errors import OrbitError
+from orbitmq.common.guard import Guard
 from orbitmq.common.procs import command_of, port_listeners
-from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar
+from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar, with_error_mapping
 from orbitmq.common.tls import CertificateReloader, ServerTls, server_credentials
 
 log = logging.getLogger(__name__)
@@ -109,12 +110,16 @@ class GrpcServer:
         registry: CollectorRegistry | None = None,
         reflection_pool: Any = None,
         tls: ServerTls | None = None,
+        guard: Guard | None = None,
     ) -> None:
         """``reflection_pool``: where server reflection looks descriptors up (protobuf's default
         pool when None; a service generated into a private pool passes one that finds it).
         ``tls``: serve TLS (only) when it has a certificate, re-reading its files when they
-        change (:class:`~orbitmq.common.tls.CertificateReloader`); plaintext otherwise."""
+        change (:class:`~orbitmq.common.tls.CertificateReloader`); plaintext otherwise.
+        ``guard``: authenticate and authorize every call of the services added (auth off: None,
+        and handlers are registered without it)."""
         self.name = name
+        self.guard = guard
         self._tls = tls
         self.tls_reloader: CertificateReloader | None = None
         self._reflection_pool = reflection_pool
@@ -131,8 +136,15 @@ class GrpcServer:
 
     def add_service(self, full_name: str, register: Callable[[grpc.aio.Server], None]) -> None:
         """``register`` is the generated ``add_XServicer_to_server`` bound to a servicer; its
-        handlers are registered with orbitmq's error mapping (:func:`error_mapping_registrar`)."""
-        self._register(full_name, register, error_mapping_registrar(self.server))
+        handlers are registered with orbitmq's error mapping (:func:`error_mapping_registrar`),
+        checked by the guard inside it (so its refusals are mapped like any failure)."""
+        guard = self.guard
+        registrar = (
+            error_mapping_registrar(self.server)
+            if guard is None
+            else GenericRegistrar(self.server, lambda h, m: with_error_mapping(guard.wrap(h, m), m))
+        )
+        self._register(full_name, register, registrar)
         self._services.append(full_name)
 
     def _register(

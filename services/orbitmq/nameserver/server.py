@@ -13,6 +13,7 @@ import signal
 import sys
 
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.guard import namesrv_guard
 from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.tasks import TaskSet
@@ -39,7 +40,11 @@ class NameServer:
         self.clock = clock
         self.table = RouteTable(clock, broker_expiry_ms=settings.broker_expiry_ms)
         self.grpc = GrpcServer(
-            "namesrv", settings.listen, metrics_listen=settings.metrics_listen, tls=settings
+            "namesrv",
+            settings.listen,
+            metrics_listen=settings.metrics_listen,
+            tls=settings,
+            guard=namesrv_guard(settings),
         )
         self.metrics = NameServerMetrics(self.grpc.registry)
         self._tasks = TaskSet("namesrv")

@@ -6,8 +6,11 @@ Sources, later winning field by field: a YAML/JSON file (``--config``), environm
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ConfigDict, Field, field_validator
 
+from orbitmq.common.guard import ServerAuth
 from orbitmq.common.server import split_host_port
 from orbitmq.common.tls import ServerTls
 from orbitmq.nameserver.routes import DEFAULT_BROKER_EXPIRY_MS
@@ -15,11 +18,20 @@ from orbitmq.nameserver.routes import DEFAULT_BROKER_EXPIRY_MS
 ENV_PREFIX = "ORBITMQ_NAMESRV_"
 
 
-class NameServerSettings(ServerTls):
+class NameServerSettings(ServerTls, ServerAuth):
     """TLS (``tls_cert``, ``tls_key``, ``tls_ca``, ``tls_require_client_cert``) comes from
-    :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given."""
+    :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given. Auth
+    (``auth_enabled``, the bootstrap super user) from :class:`~orbitmq.common.guard.ServerAuth`.
+
+    Users and ACLs are stored on brokers; a name server has none of its own (RocketMQ's has no
+    ACL at all), so with auth on it knows the bootstrap super user (brokers register as it) and
+    the users of ``auth_users_file``, e.g. a read-only user for route queries."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    auth_users_file: Path | None = None
+    """YAML/JSON ``{"users": [...], "acls": [...]}`` (RocketMQ ACL 2.0 documents) checked with auth
+    on, besides the bootstrap super user; read at start."""
 
     listen: str = "0.0.0.0:9876"
     """gRPC address for brokers and clients (RocketMQ's name server port 9876)."""

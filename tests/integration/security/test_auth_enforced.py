@@ -1,0 +1,191 @@
+"""A name server and a broker with auth on and a bootstrap super user: the super user produces,
+consumes and administers; a call without credentials, with a wrong secret or with a stale
+(replayed) signature is refused at once naming the cause; a normal user gets what its ACL
+grants and nothing else."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from brokerkit import TEST_SETTINGS
+
+from orbitmq.auth.model import Acl, User
+from orbitmq.auth.signature import sign_v1
+from orbitmq.auth.tables import AuthTables
+from orbitmq.broker.server import Broker
+from orbitmq.broker.settings import BrokerSettings
+from orbitmq.client.admin import Admin
+from orbitmq.client.message import Message
+from orbitmq.client.producer import Producer
+from orbitmq.client.pull_consumer import PullConsumer
+from orbitmq.common.rpc import failure_of
+from orbitmq.nameserver.server import NameServer
+from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+pytestmark = pytest.mark.timeout(120)
+
+SUPER, SUPER_SECRET = "root", "root-secret"
+APP, APP_SECRET = "orders-app", "app-secret"
+AUTH = {"auth_enabled": True, "auth_super_user": SUPER, "auth_super_secret": SUPER_SECRET}
+
+
+class StoredTables:
+    """What the broker reads users and ACLs from (the store's ``tables`` property)."""
+
+    def __init__(self, tables: AuthTables) -> None:
+        self.tables = tables
+
+
+@dataclass
+class Cluster:
+    namesrv: NameServer
+    broker: Broker
+
+    @property
+    def address(self) -> str:
+        return self.namesrv.address
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    app = User(username=APP, password=APP_SECRET)
+    acl = Acl.model_validate(
+        {
+            "subject": f"User:{APP}",
+            "policies": [
+                {
+                    "policyType": "Custom",
+                    "entries": [
+                        {"resource": "Topic:a", "actions": ["Pub", "Sub", "Get"], "decision": "Allow"},
+                        {"resource": "Topic:b", "actions": ["Get"], "decision": "Allow"},
+                        {"resource": "Group:app-*", "actions": ["Sub", "Get"], "decision": "Allow"},
+                    ],
+                }
+            ],
+        }
+    )
+    tables = AuthTables(version=1, users=(app,), acls=(acl,))
+    users_file = tmp_path / "users.json"  # the name server's: route queries of the application
+    users_file.write_text(tables.model_dump_json(by_alias=True, include={"users", "acls"}))
+    namesrv_settings = NameServerSettings(
+        listen="127.0.0.1:0", metrics_listen=None, auth_users_file=users_file, **AUTH
+    )
+    namesrv = NameServer(namesrv_settings)
+    await namesrv.start()
+    broker_settings = BrokerSettings(
+        data_dir=tmp_path / "broker-a", namesrv=namesrv.address, **TEST_SETTINGS, **AUTH
+    )
+    broker = Broker(broker_settings)
+    try:
+        await broker.start()
+    except BaseException:
+        await namesrv.close()
+        raise
+    broker.auth_store = StoredTables(tables)  # type: ignore[attr-defined,assignment]
+    yield Cluster(namesrv, broker)
+    await broker.close()
+    await namesrv.close()
+
+
+def _as(monkeypatch: pytest.MonkeyPatch, user: str | None, secret: str | None) -> None:
+    for name, value in (("ORBITMQ_ACCESS_KEY", user), ("ORBITMQ_SECRET_KEY", secret)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+
+
+async def test_super_user_produces_consumes_and_administers(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _as(monkeypatch, SUPER, SUPER_SECRET)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
+        assert [b.broker_name for b in await admin.brokers()] == ["broker-a"]  # registered, signed
+    async with Producer("p", cluster.address) as producer:
+        for index in range(3):
+            await producer.send(Message("orders", f"order {index}".encode()))
+    bodies: list[str] = []
+    async with PullConsumer("readers", cluster.address) as consumer:
+        for queue in await consumer.queues("orders"):
+            result = await consumer.pull(queue, 0, max_nums=32)
+            bodies += [message.body.decode() for message in result.messages]
+    assert sorted(bodies) == [f"order {index}" for index in range(3)]
+    async with Admin(cluster.address) as admin:
+        assert await admin.wipe_write_perm("broker-a")
+        assert await admin.add_write_perm("broker-a")
+
+
+async def _route(address: str, metadata: list[tuple[str, str]] | None) -> grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = nameserver_pb2_grpc.NameServerStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.QueryRoute(
+                nameserver_pb2.QueryRouteRequest(topic="orders"), metadata=metadata, timeout=5
+            )
+    return refused.value
+
+
+ROUTE = "/orbitmq.v1.NameServer/QueryRoute"
+
+
+async def test_missing_wrong_and_stale_credentials_are_refused_naming_the_cause(cluster: Cluster) -> None:
+    now_ms = time.time_ns() // 1_000_000
+    cases = {
+        "no credentials": None,
+        "does not match": sign_v1(ROUTE, SUPER, "not-the-secret", now_ms),
+        "unknown access key": sign_v1(ROUTE, "nobody", SUPER_SECRET, now_ms),
+        "from the server's clock": sign_v1(ROUTE, SUPER, SUPER_SECRET, now_ms - 10 * 60_000),
+        "QueryRoute: signature of 'root' does not match": sign_v1(
+            "/orbitmq.v1.NameServer/GetTopicList", SUPER, SUPER_SECRET, now_ms
+        ),
+    }
+    for cause, metadata in cases.items():
+        error = await _route(cluster.address, metadata)
+        assert error.code() is grpc.StatusCode.UNAUTHENTICATED, cause
+        assert cause in (error.details() or ""), (cause, error.details())
+        failure = failure_of(error)
+        assert failure is not None and failure.reason == ErrorReason.NO_PERMISSION
+        assert failure.metadata == {"auth": "authentication"} and not failure.retriable
+
+
+async def test_client_without_credentials_fails_at_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _as(monkeypatch, None, None)
+    started = time.monotonic()
+    async with Producer("p", cluster.address) as producer:
+        with pytest.raises(Exception, match="no credentials"):
+            await producer.send(Message("orders", b"x"))
+    assert time.monotonic() - started < 5
+
+
+async def test_normal_user_gets_its_grants_only(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    _as(monkeypatch, SUPER, SUPER_SECRET)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic("a", read_queue_nums=1, write_queue_nums=1)
+        await admin.create_topic("b", read_queue_nums=1, write_queue_nums=1)
+        await admin.create_group("app-readers")
+    _as(monkeypatch, APP, APP_SECRET)
+    async with Producer("p", cluster.address) as producer:
+        await producer.send(Message("a", b"allowed"))
+        with pytest.raises(Exception, match=f"{APP} may not Pub on Topic:b \\(SendMessage\\)"):
+            await producer.send(Message("b", b"denied"))
+    async with PullConsumer("app-readers", cluster.address) as consumer:
+        (queue,) = await consumer.queues("a")
+        assert [m.body for m in (await consumer.pull(queue, 0, max_nums=8)).messages] == [b"allowed"]
+    async with Admin(cluster.address) as admin:
+        with pytest.raises(Exception, match=f"{APP} may not Update on Group:app-readers"):
+            await admin.reset_offset("app-readers", "a", offset=0)
+        with pytest.raises(Exception, match=f"{APP} may not Update on Cluster:DefaultCluster"):
+            await admin.wipe_write_perm("broker-a")
+    broker_guard, namesrv_guard = cluster.broker.grpc.guard, cluster.namesrv.grpc.guard
+    assert broker_guard is not None and broker_guard.refusals == 2  # the send, the reset
+    assert namesrv_guard is not None and namesrv_guard.refusals == 1  # the write-perm wipe
