@@ -11,7 +11,7 @@ import click
 from pydantic import ValidationError
 
 from orbitmq.broker.settings import ENV_PREFIX, BrokerSettings
-from orbitmq.cli.common import NAMESRV_ENV, server_tls_options, settings_or_exit
+from orbitmq.cli.common import NAMESRV_ENV, server_auth_options, server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 
 
@@ -51,6 +51,7 @@ from orbitmq.cli.serve import serve
     "store by a failover (ha-role.json) still wins.",
 )
 @server_tls_options
+@server_auth_options
 def broker_command(config_file: Path | None, broker_id_from_hostname: bool, **flags: object) -> None:
     """Run a broker: store, serve producers and consumers, register with name servers.
 

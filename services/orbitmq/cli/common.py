@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orbitmq.client.channels import DEFAULT_NAMESRV
+from orbitmq.common.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, CredentialsError, credentials_of
 from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_namesrv_list
 from orbitmq.common.settings import SettingsError, load_settings
 from orbitmq.common.tls import CLIENT_ENV, TlsConfigError, client_tls
@@ -45,8 +46,8 @@ def check_namesrv(_context: click.Context, _parameter: click.Parameter, value: s
 
 
 def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``--namesrv`` and the client's TLS options: every command that talks to a cluster
-    has both, as it reaches the name servers (and the brokers) through them."""
+    """``--namesrv``, the client's TLS options and its credentials: every command that talks
+    to a cluster has them all, as it reaches the name servers (and the brokers) through them."""
     return click.option(
         "--namesrv",
         envvar=NAMESRV_ENV,
@@ -54,7 +55,7 @@ def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         callback=check_namesrv,
         help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).",
-    )(client_tls_options(function))
+    )(client_tls_options(client_credentials_options(function)))
 
 
 _CLIENT_TLS_FLAGS = {
@@ -105,6 +106,74 @@ def client_tls_options(function: Callable[..., Any]) -> Callable[..., Any]:
             run
         )
     return run
+
+
+def client_credentials_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--access-key`` / ``--secret-key`` (or ``ORBITMQ_ACCESS_KEY`` / ``ORBITMQ_SECRET_KEY``):
+    every call is signed with them. Checked as a pair before the command runs, then set as the
+    command's environment (read by the client library) and restored afterwards, as the TLS
+    options are. The variables keep the secret out of the process list; the flag is for tries."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        access_key, secret_key = kwargs.pop("access_key"), kwargs.pop("secret_key")
+        try:
+            credentials_of(
+                access_key, secret_key, f"--access-key ({ACCESS_KEY_ENV})", f"--secret-key ({SECRET_KEY_ENV})"
+            )
+        except CredentialsError as error:
+            raise click.UsageError(str(error)) from None
+        saved = {name: os.environ.get(name) for name in (ACCESS_KEY_ENV, SECRET_KEY_ENV)}
+        for name, value in ((ACCESS_KEY_ENV, access_key), (SECRET_KEY_ENV, secret_key)):
+            if value:
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            for name, saved_value in saved.items():
+                if saved_value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = saved_value
+
+    run = click.option(
+        "--secret-key",
+        envvar=SECRET_KEY_ENV,
+        help=f"The secret of --access-key; it signs calls and is never sent (or {SECRET_KEY_ENV}).",
+    )(run)
+    return click.option(
+        "--access-key",
+        envvar=ACCESS_KEY_ENV,
+        help=f"Sign every call as this user, for clusters with auth on (or {ACCESS_KEY_ENV}).",
+    )(run)
+
+
+def server_auth_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A server's auth flags; they become the ``auth_*`` settings (config file keys and
+    ``ORBITMQ_<ROLE>_AUTH_*`` work too). Off unless --auth-enabled is given."""
+    options = [
+        click.option(
+            "--auth-enabled",
+            is_flag=True,
+            default=None,
+            help="Authenticate every call's signature and authorize it against users and ACLs.",
+        ),
+        click.option("--auth-super-user", help="The bootstrap super user (needed with --auth-enabled)."),
+        click.option(
+            "--auth-super-secret",
+            help="Its secret (better: the ORBITMQ_<ROLE>_AUTH_SUPER_SECRET variable or a config file).",
+        ),
+        click.option(
+            "--auth-window-ms",
+            type=int,
+            help="How far a signed date may be from this server's clock, default 300000.",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
 
 
 def server_tls_options(function: Callable[..., Any]) -> Callable[..., Any]:

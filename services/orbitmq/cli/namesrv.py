@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import server_tls_options, settings_or_exit
+from orbitmq.cli.common import server_auth_options, server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 from orbitmq.nameserver.settings import ENV_PREFIX, NameServerSettings
 
@@ -25,6 +25,12 @@ SETTINGS_EXIT_CODE = 2
 @click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:9877; '' disables.")
 @click.option("--broker-expiry-ms", type=int, help="Drop a broker silent this long, default 120000.")
 @server_tls_options
+@server_auth_options
+@click.option(
+    "--auth-users-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --auth-enabled: users and ACLs (YAML/JSON, ACL 2.0) besides the bootstrap super user.",
+)
 def namesrv(config_file: Path | None, **flags: object) -> None:
     """Run a name server: the route registry brokers register with and clients query.
 

@@ -5,6 +5,10 @@ grants and nothing else."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,13 +24,15 @@ from orbitmq.auth.tables import AuthTables
 from orbitmq.broker.server import Broker
 from orbitmq.broker.settings import BrokerSettings
 from orbitmq.client.admin import Admin
+from orbitmq.client.channels import Channels
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.client.pull_consumer import PullConsumer
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.rpc import failure_of
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
-from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1 import broker_pb2, nameserver_pb2, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 pytestmark = pytest.mark.timeout(120)
@@ -189,3 +195,47 @@ async def test_normal_user_gets_its_grants_only(cluster: Cluster, monkeypatch: p
     broker_guard, namesrv_guard = cluster.broker.grpc.guard, cluster.namesrv.grpc.guard
     assert broker_guard is not None and broker_guard.refusals == 2  # the send, the reset
     assert namesrv_guard is not None and namesrv_guard.refusals == 1  # the write-perm wipe
+
+
+async def test_session_stream_is_checked_on_its_hello(cluster: Cluster) -> None:
+    channels = Channels(cluster.address, credentials=Credentials(APP, APP_SECRET))
+
+    async def hello(group: str) -> AsyncIterator[broker_pb2.ClientEvent]:
+        yield broker_pb2.ClientEvent(hello=broker_pb2.SessionHello(client_id="c", consumer_groups=[group]))
+        await asyncio.sleep(30)
+
+    try:
+        call = channels.broker(cluster.broker.address).Session(hello("other-group"))
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            async for _ in call:
+                pass
+        assert denied.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert f"{APP} may not Sub on Group:other-group (Session)" in (denied.value.details() or "")
+    finally:
+        await channels.close()
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ORBITMQ_")}
+    return subprocess.run(
+        [sys.executable, "-m", "orbitmq.cli.main", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_cli_signs_with_its_access_key(cluster: Cluster) -> None:
+    produce = ("produce", "--namesrv", cluster.address, "--topic", "cli", "--body", "signed")
+    signed = await asyncio.to_thread(
+        _cli, *produce, "--access-key", SUPER, env={"ORBITMQ_SECRET_KEY": SUPER_SECRET}
+    )
+    assert signed.returncode == 0, signed.stderr
+    unsigned = await asyncio.to_thread(_cli, *produce, env={})
+    assert unsigned.returncode != 0 and "no credentials" in unsigned.stderr, unsigned.stderr
+    half = await asyncio.to_thread(_cli, *produce, "--access-key", SUPER, env={})
+    assert (
+        half.returncode == 2
+        and "--access-key (ORBITMQ_ACCESS_KEY) is set without --secret-key" in half.stderr
+    )
