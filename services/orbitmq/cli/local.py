@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from orbitmq.local.auth import AUTH_FILE
 from orbitmq.local.datadir import MASTER_DIR
 from orbitmq.local.supervisor import LOCAL_SEGMENT_BYTES, LocalCluster, run_local
 from orbitmq.store.config import MIB
@@ -77,6 +78,12 @@ def local() -> None:
     "segment on disk at once; production brokers use 1024. Existing stores keep their size.",
 )
 @click.option(
+    "--auth",
+    is_flag=True,
+    help="Turn authentication and authorization on, as a super user generated on the first such "
+    "start and kept in the data directory's auth.env (source it for the CLI and clients).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -91,6 +98,7 @@ def up(
     slaves: int,
     failover_after_ms: int,
     segment_mib: int,
+    auth: bool,
     as_json: bool,
 ) -> None:
     """Start a name server and a broker (with --slaves, a master/slave group with failover);
@@ -106,10 +114,17 @@ def up(
         slaves=slaves,
         failover_after_ms=failover_after_ms,
         segment_bytes=segment_mib * MIB,
+        auth=auth,
     )
 
     def report(running: LocalCluster) -> None:
         endpoints = running.endpoints()
+        auth_file = running.data_dir / AUTH_FILE
+        auth_info = (
+            {"auth_env": str(auth_file), "access_key": running.credentials.access_key}
+            if running.credentials is not None
+            else {}
+        )
         if as_json:
             print(
                 json.dumps(
@@ -117,6 +132,7 @@ def up(
                         "namesrv": running.namesrv.address,
                         "data_dir": str(running.data_dir),
                         "components": endpoints,
+                        **auth_info,
                     }
                 ),
                 flush=True,
@@ -126,6 +142,8 @@ def up(
         for name, info in endpoints.items():
             print(f"  {name:<18} {info['address']:<22} metrics {info['metrics']}")
         print(f"  export ORBITMQ_NAMESRV={running.namesrv.address}")
+        if running.credentials is not None:
+            print(f"  auth on, super user {running.credentials.access_key}: source {auth_file}")
         print(
             "  Ctrl-C stops it; the next `orbitmq local up` with this --data-dir, with or without "
             "--slaves, continues on the master's data.",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from orbitmq.common.credentials import Credentials, signed
 from orbitmq.ha.decision import Decision, Member, Policy, Role, decide
 from orbitmq.ha.switchover import switchover
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
@@ -66,8 +67,17 @@ class GroupMember:
 class BrokerGroupFailover:
     """The observe → decide → change-roles loop body for one broker group."""
 
-    def __init__(self, members: Sequence[GroupMember], master_role: str, policy: Policy) -> None:
+    def __init__(
+        self,
+        members: Sequence[GroupMember],
+        master_role: str,
+        policy: Policy,
+        credentials: Credentials | None = None,
+    ) -> None:
+        """``credentials``: what the calls to the members are signed with (brokers with auth on:
+        a super user, as they are role changes)."""
         self.members = list(members)
+        self.credentials = credentials
         self.master_role = master_role
         """SYNC_MASTER or ASYNC_MASTER: what a promoted slave becomes."""
         self.policy = policy
@@ -159,15 +169,14 @@ class BrokerGroupFailover:
         self.switchovers += 1
         return decision
 
-    @staticmethod
-    async def _caught_up(chosen: GroupMember, old: GroupMember, timeout_s: float) -> bool:
+    async def _caught_up(self, chosen: GroupMember, old: GroupMember, timeout_s: float) -> bool:
         """Whether ``chosen`` holds ``old``'s whole log within ``timeout_s``; ``old`` is re-read
         each time, since a send it accepted just before its demotion may still be appending."""
         deadline = time.monotonic() + timeout_s
         assert chosen.address is not None and old.address is not None
         async with (
-            grpc.aio.insecure_channel(chosen.address) as to_chosen,
-            grpc.aio.insecure_channel(old.address) as to_old,
+            self._channel(chosen.address) as to_chosen,
+            self._channel(old.address) as to_old,
         ):
             while True:
                 ask = broker_pb2.GetHaStateRequest()
@@ -196,11 +205,15 @@ class BrokerGroupFailover:
             return leaving
         return next(i for i in range(1, len(self.members) + 2) if i not in used)
 
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel: grpc.aio.Channel = signed(grpc.aio.insecure_channel(address), self.credentials)
+        return channel
+
     async def _observe(self, member: GroupMember, now_ms: int) -> Member | None:
         alive = False
         if member.address is not None:
             try:
-                async with grpc.aio.insecure_channel(member.address) as channel:
+                async with self._channel(member.address) as channel:
                     member.state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
                         broker_pb2.GetHaStateRequest(), timeout=OBSERVE_TIMEOUT_S
                     )
@@ -244,10 +257,9 @@ class BrokerGroupFailover:
                     ),
                 )
 
-    @staticmethod
-    async def _change(member: GroupMember, request: broker_pb2.ChangeRoleRequest) -> None:
+    async def _change(self, member: GroupMember, request: broker_pb2.ChangeRoleRequest) -> None:
         assert member.address is not None
-        async with grpc.aio.insecure_channel(member.address) as channel:
+        async with self._channel(member.address) as channel:
             member.state = await broker_pb2_grpc.BrokerStub(channel).ChangeRole(
                 request, timeout=CHANGE_TIMEOUT_S
             )

@@ -31,10 +31,12 @@ from pathlib import Path
 import grpc
 
 from orbitmq.broker.ha import RoleState
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.server import StartupError
 from orbitmq.ha import Decision, Policy
 from orbitmq.ha.group import BrokerGroupFailover, GroupMember
 from orbitmq.local import datadir
+from orbitmq.local.auth import server_env, super_user
 from orbitmq.local.lifeline import SUPERVISOR_PID_ENV
 from orbitmq.local.ports import LocalPorts, plan_ports, taken_ports
 from orbitmq.local.restarts import RestartBudget
@@ -71,6 +73,8 @@ class Component:
     address: str = ""
     metrics_url: str = ""
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the supervisor's environment (auth settings: kept out of the arguments)."""
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
@@ -81,7 +85,7 @@ class Component:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
-            env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},  # they die with us
+            env={**os.environ, **self.env, SUPERVISOR_PID_ENV: str(os.getpid())},  # they die with us
         )
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
         try:
@@ -185,6 +189,9 @@ class LocalCluster:
     """Segment size of new brokers; an existing store keeps the size it was created with."""
     failover_after_ms: int = 3_000
     """A master unseen this long is replaced (the decision module's detection window)."""
+    auth: bool = False
+    """Auth on in every process, as :attr:`credentials` (a super user kept in the data dir)."""
+    credentials: Credentials | None = None
     components: list[Component] = field(default_factory=list)
     brokers: list[BrokerMember] = field(default_factory=list)
     _group: BrokerGroupFailover | None = field(default=None, init=False, repr=False)
@@ -206,7 +213,9 @@ class LocalCluster:
         """The failover of broker-a's group (:mod:`orbitmq.ha.group`, shared with the operator)."""
         if self._group is None:
             policy = Policy(detection_window_ms=self.failover_after_ms)
-            self._group = BrokerGroupFailover([b.ha for b in self.brokers], self.master_role, policy)
+            self._group = BrokerGroupFailover(
+                [b.ha for b in self.brokers], self.master_role, policy, self.credentials
+            )
         return self._group
 
     @property
@@ -243,6 +252,8 @@ class LocalCluster:
             )
         for text in datadir.migrate_legacy(self.data_dir) + datadir.put_master_in_place(self.data_dir):
             note(text)
+        if self.auth:
+            self.credentials = super_user(self.data_dir)
         master = self.data_dir / datadir.MASTER_DIR
         state = datadir.read_member(master)
         if state.role is not None:  # recorded by a failover: make it this run's kind of master
@@ -261,6 +272,7 @@ class LocalCluster:
                 "--metrics-listen",
                 f"{self.host}:{ports.namesrv_metrics.port}",
             ],
+            env=self._auth_env,
         )
         await self._start(namesrv)
         for index in range(self.slaves + 1):
@@ -296,6 +308,7 @@ class LocalCluster:
                     str(segment_bytes),
                     "--auto-create-topic",  # a laptop's cluster: the first send makes the topic
                 ],
+                env=self._auth_env,
             )
             await self._start(component)
             self.brokers.append(BrokerMember(component, data))
@@ -305,6 +318,10 @@ class LocalCluster:
             # failover loop's first step is then a lost master, not a member that never
             # answered (which a group with no master seen yet waits a start-up grace for)
             await self.failover_step()
+
+    @property
+    def _auth_env(self) -> dict[str, str]:
+        return server_env(self.credentials) if self.credentials is not None else {}
 
     def _write_run_file(self) -> None:
         pids = {c.name: c.process.pid for c in self.components if c.process and c.process.returncode is None}

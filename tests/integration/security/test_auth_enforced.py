@@ -6,7 +6,9 @@ grants and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -239,3 +241,72 @@ async def test_cli_signs_with_its_access_key(cluster: Cluster) -> None:
         half.returncode == 2
         and "--access-key (ORBITMQ_ACCESS_KEY) is set without --secret-key" in half.stderr
     )
+
+
+def _local_up(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    free = [a for flag in ("--namesrv-port", "--broker-port") for a in (flag, "0")]
+    free += ["--namesrv-metrics-port", "0", "--broker-metrics-port", "0"]
+    command = ["local", "up", "--data-dir", str(data_dir), "--json", *free, *extra]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orbitmq.cli.main", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("ORBITMQ_")},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, process.stderr.read() if process.stderr else ""
+    return process, json.loads(line)
+
+
+def _read_auth_env(path: Path) -> tuple[int, dict[str, str]]:
+    lines = path.read_text().splitlines()
+    return path.stat().st_mode, dict(line.removeprefix("export ").split("=", 1) for line in lines)
+
+
+async def _master_is(address: str, credentials: Credentials) -> bool:
+    channels = Channels(address, credentials=credentials)
+    try:
+        state = await channels.broker(address).GetHaState(broker_pb2.GetHaStateRequest(), timeout=2)
+        return bool(state.role != "SLAVE")
+    except grpc.aio.AioRpcError:
+        return False
+    finally:
+        await channels.close()
+
+
+async def test_local_up_auth_signs_the_supervisors_own_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local up --auth`: a super user in the data dir's auth.env; clients without it are
+    refused; the supervisor's failover (GetHaState, ChangeRole) signs its calls and still works."""
+    data_dir = tmp_path / "local"
+    process, info = _local_up(data_dir, "--auth", "--slaves", "1", "--failover-after-ms", "500")
+    try:
+        mode, values = _read_auth_env(Path(str(info["auth_env"])))
+        assert mode & 0o077 == 0  # the owner's only
+        credentials = Credentials(values["ORBITMQ_ACCESS_KEY"], values["ORBITMQ_SECRET_KEY"])
+        assert info["access_key"] == credentials.access_key
+        namesrv = str(info["namesrv"])
+        _as(monkeypatch, None, None)
+        with pytest.raises(Exception, match="no credentials"):
+            async with Admin(namesrv) as admin:
+                await admin.topic_list()
+        _as(monkeypatch, credentials.access_key, credentials.secret_key)
+        async with Producer("p", namesrv) as producer:
+            await producer.send(Message("local", b"before"))
+        components = info["components"]
+        master = str(components["broker broker-a"]["address"])  # type: ignore[index]
+        slave = str(components["broker broker-a-s1"]["address"])  # type: ignore[index]
+        os.kill(int(components["broker broker-a"]["pid"]), signal.SIGKILL)  # type: ignore[index]
+        deadline = time.monotonic() + 30
+        while not await _master_is(slave, credentials):
+            assert time.monotonic() < deadline, "the slave was not promoted"
+            await asyncio.sleep(0.2)
+        assert master != slave
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "failover 1: broker broker-a-s1 is master" in err
