@@ -164,7 +164,8 @@ class ReplicaTracker:
 
 
 class ReplicationClient:
-    """Slave side: stream the master's log into the local store, and copy its config tables."""
+    """Slave side: stream the master's log into the local store, and copy its config tables
+    (users and ACLs among them)."""
 
     def __init__(self, broker: Broker) -> None:
         self.b = broker
@@ -309,6 +310,8 @@ class ReplicationClient:
         ):
             if raw:
                 await asyncio.to_thread(table.import_json, raw, source)
+        if reply.auth:  # empty from a master older than the users and ACLs table
+            await self.b.auth_store.import_json(reply.auth, source)
 
 
 def open_epoch_file(root: Path) -> EpochFile:
@@ -385,6 +388,7 @@ class HaServicer:
             subscription_groups=tables.subscription_groups.export_json(),
             consumer_offsets=tables.consumer_offsets.export_json(),
             delay_offsets=tables.delay_offsets.export_json(),
+            auth=self.b.auth_store.export_json(),
         )
 
     async def ChangeRole(self, request, context):  # type: ignore[no-untyped-def]

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from orbitmq.broker.auth_store import AuthStore
 from orbitmq.broker.consumers import ClientRegistry
 from orbitmq.broker.durable_config import DLQ_PERM, adopt_stored_topics, persist_now, stored_topic
 from orbitmq.broker.ha import (
@@ -146,6 +147,7 @@ class Broker:
             BrokerConfigTables.open, self.store.root, max_delay_level=self.delay_levels, clock=self.clock
         )
         self.offsets = self.tables.consumer_offsets
+        self.auth_store = await asyncio.to_thread(AuthStore, self.store.root)
         self.topics = TopicManager(
             self.tables,
             auto_create_topic=settings.auto_create_topic,

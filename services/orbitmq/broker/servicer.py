@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from orbitmq.auth.rpcs import GET, PUB
+from orbitmq.broker.auth_admin import AuthAdminServicer
 from orbitmq.broker.durable_config import persist_now
 from orbitmq.broker.ha import HaServicer
 from orbitmq.broker.pop.handles import MAX_ACKS_PER_CALL, InvalidReceiptHandle
@@ -172,7 +173,7 @@ def put_failure(result: PutResult) -> RpcFailure:
     )
 
 
-class BrokerServicer(HaServicer, broker_pb2_grpc.BrokerServicer):
+class BrokerServicer(HaServicer, AuthAdminServicer, broker_pb2_grpc.BrokerServicer):
     def __init__(self, broker: Broker) -> None:
         self.b = broker
         self.python_path_sends = 0

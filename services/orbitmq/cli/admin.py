@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from orbitmq.cli.admin_auth import acl, user
 from orbitmq.cli.admin_base import common, run_admin
 from orbitmq.cli.admin_groups import group
 from orbitmq.cli.common import (
@@ -64,6 +65,8 @@ def admin() -> None:
 
 
 admin.add_command(group)
+admin.add_command(user)
+admin.add_command(acl)
 
 
 # -- topics ---------------------------------------------------------------------------------------
