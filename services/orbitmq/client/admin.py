@@ -16,6 +16,7 @@ import grpc
 
 from orbitmq.client.channels import Channels
 from orbitmq.client.routes import await_route
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure, failure_of
@@ -60,8 +61,9 @@ class BrokerInfo:
 
 
 class Admin:
-    def __init__(self, namesrv: str | list[str]) -> None:
-        self._channels = Channels(namesrv)
+    def __init__(self, namesrv: str | list[str], *, credentials: Credentials | None = None) -> None:
+        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``)."""
+        self._channels = Channels(namesrv, credentials=credentials)
 
     async def __aenter__(self) -> Admin:
         return self

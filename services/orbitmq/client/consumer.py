@@ -33,6 +33,7 @@ from orbitmq.client.queue import MessageQueue
 from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.tasks import TaskSet
@@ -65,6 +66,7 @@ class PushConsumer:
         instance_name: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: ConsumerMetrics | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         validate_group_name(group)
         if orderly and message_model is MessageModel.BROADCASTING:
@@ -80,7 +82,7 @@ class PushConsumer:
         self.metrics = metrics or ConsumerMetrics(group, self.client_id)
         self._allocate = allocate or AllocateAveragely()
         self._listener = listener
-        self._channels = Channels(namesrv)
+        self._channels = Channels(namesrv, credentials=credentials)
         self._subscriptions: dict[str, common_pb2.Subscription] = {}
         self._tag_filters: dict[str, TagFilter] = {}
         self._routes: dict[str, ReadRoute] = {}

@@ -47,6 +47,7 @@ from orbitmq.client.producer_routes import WriteQueue, WriteRoutes
 from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
 from orbitmq.client.session import BrokerSessions
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.tasks import TaskSet
@@ -94,6 +95,8 @@ class Producer:
             (4 MiB) in one coalesced call.
         auto_batch_in_flight: calls in flight at once per topic for round-robin sends (2);
             sends with a sharding key or a named queue have one per queue, to keep their order.
+        credentials: what every call is signed with, for clusters with auth on (default:
+            ``ORBITMQ_ACCESS_KEY``/``ORBITMQ_SECRET_KEY``, none when unset).
     """
 
     def __init__(
@@ -114,11 +117,12 @@ class Producer:
         auto_batch_max_messages: int = DEFAULT_MAX_MESSAGES,
         auto_batch_max_bytes: int = DEFAULT_MAX_BYTES,
         auto_batch_in_flight: int = DEFAULT_IN_FLIGHT,
+        credentials: Credentials | None = None,
     ) -> None:
         validate_group_name(group)
         self.group = group
         self.client_id = client_id()
-        self._channels = Channels(namesrv)
+        self._channels = Channels(namesrv, credentials=credentials)
         self.retry = SendRetryPolicy(
             send_timeout_ms, attempt_timeout_ms, retry_backoff_ms, retry_backoff_max_ms
         )

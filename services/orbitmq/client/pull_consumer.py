@@ -16,6 +16,7 @@ from enum import Enum
 from orbitmq.client.channels import Channels
 from orbitmq.client.queue import MessageQueue
 from orbitmq.client.routes import ReadRoute, fetch_read_route
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.store.message_filter import TagFilter
@@ -52,9 +53,12 @@ class PullConsumer:
     :meth:`pull`, :meth:`commit_offset` / :meth:`committed_offset`, and the offset look-ups.
     """
 
-    def __init__(self, group: str, namesrv: str | None = None) -> None:
+    def __init__(
+        self, group: str, namesrv: str | None = None, *, credentials: Credentials | None = None
+    ) -> None:
+        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``)."""
         self.group = validate_group_name(group)
-        self._channels = Channels(namesrv)
+        self._channels = Channels(namesrv, credentials=credentials)
         self._routes: dict[str, ReadRoute] = {}
 
     async def __aenter__(self) -> PullConsumer:
