@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import grpc
 
+from orbitmq.client.admin_auth import AuthAdmin
 from orbitmq.client.channels import Channels
 from orbitmq.client.routes import await_route
 from orbitmq.common.credentials import Credentials
@@ -60,7 +61,7 @@ class BrokerInfo:
     address: str
 
 
-class Admin:
+class Admin(AuthAdmin):
     def __init__(self, namesrv: str | list[str], *, credentials: Credentials | None = None) -> None:
         """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``)."""
         self._channels = Channels(namesrv, credentials=credentials)
