@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -336,5 +337,51 @@ async def test_a_slave_copies_users_and_acls_and_keeps_them_through_a_promotion(
             lambda: f"the returning master at version {returning.auth_store.version}",
         )
         assert returning.auth_store.version > old_version
+    finally:
+        await cluster.close()
+
+
+def _as(monkeypatch: pytest.MonkeyPatch, user: str, secret: str) -> None:
+    monkeypatch.setenv("ORBITMQ_ACCESS_KEY", user)
+    monkeypatch.setenv("ORBITMQ_SECRET_KEY", secret)
+
+
+async def test_with_auth_on_a_cluster_grant_manages_users_but_not_super_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = await start_cluster(tmp_path, **AUTH)
+    try:
+        _as(monkeypatch, SUPER, SUPER_SECRET)  # the bootstrap super user
+        async with Admin(cluster.address) as admin:
+            await admin.create_user("ops", "ops-secret")
+            await admin.create_acl(acl_doc("User:ops", entry("Cluster:DefaultCluster", ["Update", "Get"])))
+            await admin.create_user("boss", "boss-secret", user_type="Super")
+        _as(monkeypatch, "ops", "ops-secret")
+        caplog.clear()  # the super user's changes so far
+        with caplog.at_level(logging.INFO, logger="orbitmq.audit"):
+            async with Admin(cluster.address) as admin:
+                await admin.create_user("app", "app-secret")
+                await admin.update_user("app", password="new-secret")
+                for verb, attempt in [
+                    ("create", lambda: admin.create_user("eve", "pw", user_type="Super")),
+                    ("update", lambda: admin.update_user("app", user_type="Super")),
+                    ("update", lambda: admin.update_user("boss", password="taken")),
+                    ("delete", lambda: admin.delete_user("boss")),
+                ]:
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await attempt()
+                    failure = failure_of(refused.value)
+                    assert failure is not None and failure.reason == ErrorReason.NO_PERMISSION
+                    assert f"ops may not {verb} super user" in (refused.value.details() or "")
+        changes = [json.loads(r.getMessage()) for r in caplog.records if r.name == "orbitmq.audit"]
+        assert [(c["kind"], c["who"], c["action"], c["rpc"]) for c in changes] == [
+            ("allowed_admin_change", "ops", "Create", "/orbitmq.v1.Broker/CreateUser"),
+            ("allowed_admin_change", "ops", "Update", "/orbitmq.v1.Broker/UpdateUser"),
+        ]
+        assert "new-secret" not in caplog.text
+        _as(monkeypatch, "app", "new-secret")  # signs with its new secret, has no cluster grant
+        async with Admin(cluster.address) as admin:
+            with pytest.raises(grpc.aio.AioRpcError, match="app may not Get on Cluster:DefaultCluster"):
+                await admin.users()
     finally:
         await cluster.close()
