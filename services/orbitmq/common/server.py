@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from orbitmq.auth import audit
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.guard import Guard
 from orbitmq.common.procs import command_of, port_listeners
@@ -117,7 +118,8 @@ class GrpcServer:
         ``tls``: serve TLS (only) when it has a certificate, re-reading its files when they
         change (:class:`~orbitmq.common.tls.CertificateReloader`); plaintext otherwise.
         ``guard``: authenticate and authorize every call of the services added (auth off: None,
-        and handlers are registered without it)."""
+        and handlers are registered without it); with one, ``/metrics`` also serves the audit
+        counter (``orbitmq_auth_decisions_total``) of what it refuses."""
         self.name = name
         self.guard = guard
         self._tls = tls
@@ -127,6 +129,8 @@ class GrpcServer:
         split_host_port(listen)
         self._metrics_listen = metrics_listen
         self.registry = registry or CollectorRegistry()
+        if guard is not None:
+            audit.register_metrics(self.registry)
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self._health = health.aio.HealthServicer()
         self._services: list[str] = []
