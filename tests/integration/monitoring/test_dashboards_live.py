@@ -5,10 +5,12 @@ consumers (one orderly: queue locks, one concurrent that fails some messages: re
 letters; both with a small local cache: flow-control pauses), a producer (timed messages too),
 a sidecar with an application consuming through it, and an ``orbitmq proxy`` with the official
 RocketMQ 5 client's SimpleConsumer receiving through it (broker POP: acks, an expiry, a dead
-letter): each server
+letter); beside them a second name server and broker with auth on, where the super user creates
+a user (an audited admin change) that is then denied a call and refused with a wrong secret
+(the Security row): each server
 with its own ``/metrics`` port (the consumers' through ``start_metrics_server``), all scraped
 every second by one real Prometheus (jobs ``namesrv``, ``broker``, ``consumer``, ``sidecar``,
-``proxy``).  After the traffic and a few scrapes:
+``proxy``; the secured broker is one more ``broker``).  After the traffic and a few scrapes:
 
 - every query of every panel of every generated dashboard (charts/orbitmq/dashboards/*.json),
   with Grafana's variables substituted (template variables at "All", ``$__interval`` and
@@ -44,10 +46,12 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "integration" / "rocketmq_v2"))
 import v2kit
 from clusterkit import FAST, Cluster, eventually
 
+from orbitmq.auth.signature import sign_v1
 from orbitmq.client import Admin, Message, Producer
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.consumer_metrics import ConsumerMetrics, start_metrics_server
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumeStatus, OrderlyStatus
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.ha import Policy
 from orbitmq.ha.group import BrokerGroupFailover, GroupMember
@@ -81,6 +85,10 @@ GROUP = "Billing"
 SIDECAR_GROUP = "Shipping"
 POP_GROUP = "Returns"
 QUEUES = 4
+
+# The cluster with auth on: its bootstrap super user, and the user it creates.
+AUTH = {"auth_enabled": True, "auth_super_user": "root", "auth_super_secret": "root-secret"}
+APP, APP_SECRET = "dashboard-app", "dashboard-app-secret"
 
 # Retries a fraction of a second apart, so a failing message reaches the dead-letter queue fast.
 BROKER = {
@@ -243,10 +251,17 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
         stack.push_async_callback(proxy.close)
         pop = asyncio.create_task(asyncio.to_thread(_pop_consumer, proxy.address))
 
+        # -- a second cluster, with auth on ------------------------------------------------
+        secure_namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None, **AUTH))
+        await secure_namesrv.start()
+        secure = Cluster(tmp_path / "secure", secure_namesrv)
+        stack.push_async_callback(secure.close)
+        secured = await secure.start_broker("secure-a", **AUTH)
+
         targets = {
             "proxy": [host_port(proxy.grpc.metrics_url or "")],
             "namesrv": [host_port(namesrv.metrics_url or "")],
-            "broker": [host_port(b.broker.grpc.metrics_url or "") for b in (master, slave)],
+            "broker": [host_port(b.broker.grpc.metrics_url or "") for b in (master, slave, secured)],
             "consumer": consumer_targets,
             "sidecar": [host_port(sidecar.grpc.metrics_url or "")],
         }
@@ -264,6 +279,7 @@ async def test_every_dashboard_panel_returns_a_series(tmp_path: Path) -> None:
                 await producer.send(Message(TOPIC, f"timed {i}".encode(), tags="ok", delay_ms=300 + 100 * i))
         with contextlib.suppress(RpcFailure, grpc.aio.AioRpcError):  # a lookup of a topic nobody created
             await admin.route("NoSuchTopic")
+        await _audited_events(secure, secured)
         await _intrude_on_locks(master, consumers["billing-orderly"])
         await eventually(lambda: len(app_seen) >= 200, 30, lambda: f"sidecar app saw {len(app_seen)}")
         await eventually(
@@ -325,6 +341,26 @@ async def _dead_letters(running: Any) -> bool:
     """The master's /metrics shows a dead-letter queue."""
     text = await asyncio.to_thread(fetch, running.broker.grpc.metrics_url)
     return any(line.startswith("orbitmq_queue_max_offset{") and "%DLQ%" in line for line in text.splitlines())
+
+
+async def _audited_events(secure: Cluster, running: Any) -> None:
+    """On the cluster with auth on: the super user creates a user (an allowed admin change), who,
+    granted nothing, asks the broker for a queue's max offset (denied) and then asks with a wrong
+    secret (an authentication failure)."""
+    super_user = Credentials(AUTH["auth_super_user"], AUTH["auth_super_secret"])
+    async with Admin(secure.address, credentials=super_user) as admin:
+        await eventually(lambda: _masters(admin), 20, lambda: "the secured broker is not registered")
+        await admin.create_user(APP, APP_SECRET)
+    method = "/orbitmq.v1.Broker/GetMaxOffset"
+    request = broker_pb2.QueueRequest(topic=TOPIC, queue_id=0)
+    for secret, code in (
+        (APP_SECRET, grpc.StatusCode.PERMISSION_DENIED),
+        (f"not-{APP_SECRET}", grpc.StatusCode.UNAUTHENTICATED),
+    ):
+        metadata = sign_v1(method, APP, secret, time.time_ns() // 1_000_000)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await running.stub.GetMaxOffset(request, metadata=metadata, timeout=5)
+        assert refused.value.code() is code, refused.value
 
 
 def _pop_consumer(endpoint: str, keep_one: bool = False, within_s: float = 45.0) -> None:
