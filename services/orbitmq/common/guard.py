@@ -420,4 +420,21 @@ def authorize_topic_deferred(actions: tuple[Action, ...], topic: str) -> None:
     on (a send with auth off pays one context-variable lookup)."""
     caller = _CALLER.get()
     if caller is not None:
-        caller.guard.authorize(caller, (topic_need(actions, topic),))
+        key = (actions, topic)
+        needs = _TOPIC_NEEDS.get(key)
+        if needs is None:
+            if len(_TOPIC_NEEDS) >= MAX_CONNECTIONS:
+                _TOPIC_NEEDS.clear()
+            needs = _TOPIC_NEEDS[key] = (topic_need(actions, topic),)
+        caller.guard.authorize(caller, needs)
+
+
+_TOPIC_NEEDS: dict[tuple[tuple[Action, ...], str], tuple[Need, ...]] = {}
+"""Needs built once per topic (a send's topic name is parsed into a resource otherwise)."""
+
+
+def current_user() -> User | None:
+    """The authenticated user of the current call (None with auth off), for servicers that
+    decide more than :mod:`orbitmq.auth.rpcs` says (who may change a super user)."""
+    caller = _CALLER.get()
+    return caller.user if caller is not None else None
