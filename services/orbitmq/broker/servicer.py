@@ -32,7 +32,7 @@ from orbitmq.broker.topic_changes import (
     plan_update,
 )
 from orbitmq.broker.topics import retry_topic, topic_to_proto
-from orbitmq.common.guard import authorize_topic_deferred
+from orbitmq.common.guard import auth_active, authorize_topic_deferred
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.properties import BROKER_PROPERTIES, SystemPropertyError, check_sent_properties
 from orbitmq.common.rpc import RpcFailure, parse_request, returns_reply_bytes, takes_request_bytes
@@ -335,6 +335,10 @@ class BrokerServicer(HaServicer, AuthAdminServicer, broker_pb2_grpc.BrokerServic
 
     async def EndTransaction(self, request, context):
         self._writable()
+        if auth_active():  # Pub on the half message's own topic (the request names none)
+            half = self.b.store.message_at(request.commit_log_offset)
+            if half is not None and half.topic == TRANS_HALF_TOPIC:
+                authorize_topic_deferred(PUB, half.properties.get(Property.REAL_TOPIC, half.topic))
         await self.b.transactions.end(request.producer_group, request.commit_log_offset, request.resolution)
         return broker_pb2.EndTransactionResponse()
 

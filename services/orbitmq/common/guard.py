@@ -433,6 +433,12 @@ _TOPIC_NEEDS: dict[tuple[tuple[Action, ...], str], tuple[Need, ...]] = {}
 """Needs built once per topic (a send's topic name is parsed into a resource otherwise)."""
 
 
+def auth_active() -> bool:
+    """Whether the current call is being checked (a servicer looks up what a need names, e.g. a
+    half message's topic, only then)."""
+    return _CALLER.get() is not None
+
+
 def current_user() -> User | None:
     """The authenticated user of the current call (None with auth off), for servicers that
     decide more than :mod:`orbitmq.auth.rpcs` says (who may change a super user)."""

@@ -28,14 +28,16 @@ from orbitmq.broker.settings import BrokerSettings
 from orbitmq.client.admin import Admin
 from orbitmq.client.channels import Channels
 from orbitmq.client.message import Message
-from orbitmq.client.producer import Producer
+from orbitmq.client.producer import Producer, TransactionProducer
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.common.credentials import Credentials
+from orbitmq.common.guard import AuthUsersError, load_users_file
 from orbitmq.common.rpc import failure_of
+from orbitmq.common.settings import SettingsError, load_settings
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
 from orbitmq.v1 import broker_pb2, nameserver_pb2, nameserver_pb2_grpc
-from orbitmq.v1.broker_pb2 import ErrorReason
+from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -310,3 +312,52 @@ async def test_local_up_auth_signs_the_supervisors_own_calls(
         _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert "failover 1: broker broker-a-s1 is master" in err
+
+
+async def test_ending_a_transaction_needs_pub_on_its_topic(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _as(monkeypatch, SUPER, SUPER_SECRET)
+    async with TransactionProducer(
+        "tx",
+        cluster.address,
+        local_transaction=lambda *_: TransactionResolution.UNKNOWN,
+        check=lambda _: TransactionResolution.UNKNOWN,
+    ) as producer:
+        result, _ = await producer.send_in_transaction(Message("b", b"half"))
+    end = broker_pb2.EndTransactionRequest(
+        producer_group="tx",
+        commit_log_offset=result.commit_log_offset,
+        resolution=TransactionResolution.COMMIT,
+    )
+    as_app = Channels(cluster.address, credentials=Credentials(APP, APP_SECRET))
+    as_super = Channels(cluster.address, credentials=Credentials(SUPER, SUPER_SECRET))
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await as_app.broker(cluster.broker.address).EndTransaction(end, timeout=5)
+        assert f"{APP} may not Pub on Topic:b (EndTransaction)" in (denied.value.details() or "")
+        await as_super.broker(cluster.broker.address).EndTransaction(end, timeout=5)
+    finally:
+        await as_app.close()
+        await as_super.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ({"auth_enabled": True}, "auth_enabled needs a bootstrap super user"),
+        ({"auth_super_user": "root"}, "auth_super_user is set without its pair"),
+        ({"auth_super_user": "root", "auth_super_secret": " "}, "non-empty secret"),
+        ({"auth_super_user": "bad name", "auth_super_secret": "s"}, "username 'bad name' breaks the rule"),
+    ],
+)
+def test_bad_auth_settings_are_refused_naming_the_setting(flags: dict[str, object], named: str) -> None:
+    with pytest.raises(SettingsError, match=named):
+        load_settings(NameServerSettings, env_prefix="ORBITMQ_NAMESRV_", flags=flags, environ={})
+
+
+def test_a_bad_users_file_is_refused_naming_file_and_field(tmp_path: Path) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text("users:\n  - {username: app, password: ''}\n")
+    with pytest.raises(AuthUsersError, match=r"users\.yaml: .*users.*non-empty secret"):
+        load_users_file(users)
