@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import NAMESRV_ENV, server_tls_options, settings_or_exit
+from orbitmq.cli.common import NAMESRV_ENV, server_auth_options, server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 
 
@@ -21,6 +21,12 @@ from orbitmq.cli.serve import serve
 @click.option("--namesrv", help=f"Name servers 'host:port;host:port' (',' works too; or {NAMESRV_ENV}).")
 @click.option("--group", help="Consumer group.")
 @server_tls_options
+@server_auth_options
+@click.option(
+    "--auth-users-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --auth-enabled: the applications' users and ACLs (YAML/JSON, ACL 2.0).",
+)
 @click.option(
     "--subscribe",
     "subscriptions",

@@ -224,7 +224,10 @@ class Guard:
         *,
         window_ms: int = DEFAULT_WINDOW_MS,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        hint: str = CREDENTIALS_HINT,
     ) -> None:
+        """``hint``: how a refused caller signs (ends every authentication failure's message)."""
+        self._hint = hint
         self._provider = provider
         self._rpc_context = rpc_context
         self._window_ms = window_ms
@@ -321,7 +324,7 @@ class Guard:
                 reason=error.failure.value,
             )
             log.warning("refused %s from %s: %s", method, peer, error)
-            raise AuthenticationFailure(f"authentication failed: {error}; {CREDENTIALS_HINT}") from None
+            raise AuthenticationFailure(f"authentication failed: {error}; {self._hint}") from None
         user = tables.user(access_key)
         assert user is not None  # verify_v1 found its secret
         connection = self._connections.get(peer)
@@ -395,6 +398,18 @@ def namesrv_guard(settings: Any) -> Guard | None:
     tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
     provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
     return Guard(provider, RpcContext(NAMESRV_CLUSTER), window_ms=settings.auth_window_ms)
+
+
+def sidecar_guard(settings: Any) -> Guard | None:
+    """A sidecar's guard toward its applications (None with auth off): the bootstrap super user
+    and the users of ``auth_users_file``; its RPCs act on its group and subscribed topics."""
+    if not settings.auth_enabled:
+        return None
+    tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
+    provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
+    context = RpcContext(NAMESRV_CLUSTER, settings.group, tuple(spec.topic for spec in settings.specs))
+    hint = "sign with SidecarClient(address, credentials=Credentials(access_key, secret_key))"
+    return Guard(provider, context, window_ms=settings.auth_window_ms, hint=hint)
 
 
 _NO_TABLES = AuthTables()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.properties import check_user_properties
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.tls import TlsFiles, open_channel
@@ -155,12 +156,19 @@ class Delivery:
 
 
 class SidecarClient:
-    def __init__(self, address: str = DEFAULT_ADDRESS, tls: TlsFiles | None = None) -> None:
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        tls: TlsFiles | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         """``tls``: the sidecar's CA (and this application's certificate under mutual TLS) when
         the sidecar serves TLS; plaintext without, whatever ``ORBITMQ_TLS_*`` says (those are
-        the cluster's, and an application usually reaches its sidecar over localhost)."""
+        the cluster's, and an application usually reaches its sidecar over localhost).
+        ``credentials``: what calls are signed with, for a sidecar with auth on (the sidecar's
+        own users; never read from ``ORBITMQ_ACCESS_KEY``, the cluster's, as ``tls`` is not)."""
         self.address = address
-        self._channel = open_channel(address, tls, GRPC_OPTIONS)
+        self._channel = signed(open_channel(address, tls, GRPC_OPTIONS), credentials)
         self._stub = sidecar_pb2_grpc.SidecarStub(self._channel)
         self.sends = SidecarSends(self._stub)
         """This client's sends: :attr:`SidecarSends.calls` made for its :attr:`SidecarSends.messages`."""

@@ -33,6 +33,7 @@ from orbitmq.client.consumer_types import (
 )
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
+from orbitmq.common.guard import sidecar_guard
 from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer
@@ -79,7 +80,11 @@ class Sidecar:
         self.settings = settings
         self.hub = DeliveryHub(settings.max_in_flight)
         self.grpc = GrpcServer(
-            "sidecar", settings.listen, metrics_listen=settings.metrics_listen, tls=settings
+            "sidecar",
+            settings.listen,
+            metrics_listen=settings.metrics_listen,
+            tls=settings,
+            guard=sidecar_guard(settings),
         )
         self.metrics = ConsumerMetrics(settings.group, settings.instance_name, registry=self.grpc.registry)
         threads, batch = listener_shape(settings.max_in_flight, settings.orderly)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+from orbitmq.common.guard import ServerAuth
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
@@ -40,13 +42,20 @@ class SubscriptionSpec:
         return cls(topic.strip(), expression or "*")
 
 
-class SidecarSettings(ServerTls):
+class SidecarSettings(ServerTls, ServerAuth):
     """TLS toward the applications (``tls_cert``, ``tls_key``, ``tls_ca``,
     ``tls_require_client_cert``) comes from :class:`~orbitmq.common.tls.ServerTls`: off unless a
     certificate is given (applications reach it over localhost). The sidecar's consumer reaches
-    the cluster as any orbitmq client does, over TLS when ``ORBITMQ_TLS_*`` says so."""
+    the cluster as any orbitmq client does, over TLS when ``ORBITMQ_TLS_*`` says so, signing as
+    ``ORBITMQ_ACCESS_KEY``. Auth toward the applications (``auth_enabled``, the bootstrap super
+    user) from :class:`~orbitmq.common.guard.ServerAuth`; their users in ``auth_users_file``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    auth_users_file: Path | None = None
+    """YAML/JSON ``{"users": [...], "acls": [...]}`` of the applications, checked with auth on:
+    ``Sub`` on the group and its topics to consume, ``Pub`` on a topic to send, ``Update`` on the
+    group to pause and resume."""
 
     namesrv: str = "127.0.0.1:9876"
     """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``)."""

@@ -32,10 +32,13 @@ from orbitmq.client.producer import Producer, TransactionProducer
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.common.credentials import Credentials
 from orbitmq.common.guard import AuthUsersError, load_users_file
-from orbitmq.common.rpc import failure_of
+from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.settings import SettingsError, load_settings
 from orbitmq.nameserver.server import NameServer
 from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.sidecar.client import SidecarClient
+from orbitmq.sidecar.server import Sidecar
+from orbitmq.sidecar.settings import SidecarSettings
 from orbitmq.v1 import broker_pb2, nameserver_pb2, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason, TransactionResolution
 
@@ -361,3 +364,39 @@ def test_a_bad_users_file_is_refused_naming_file_and_field(tmp_path: Path) -> No
     users.write_text("users:\n  - {username: app, password: ''}\n")
     with pytest.raises(AuthUsersError, match=r"users\.yaml: .*users.*non-empty secret"):
         load_users_file(users)
+
+
+async def test_sidecar_checks_its_applications(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _as(monkeypatch, SUPER, SUPER_SECRET)  # the sidecar's own consumer and producer reach the cluster as root
+    settings = SidecarSettings(
+        namesrv=cluster.address,
+        group="app-readers",
+        subscriptions=["a"],
+        consume_from="first",
+        listen="127.0.0.1:0",
+        metrics_listen=None,
+        auth_users_file=tmp_path / "users.json",  # the cluster fixture's: orders-app
+        **AUTH,
+    )
+    sidecar = Sidecar(settings)
+    await sidecar.start()
+    try:
+        async with SidecarClient(sidecar.address) as anonymous:
+            with pytest.raises(RpcFailure, match=r"no credentials .* SidecarClient"):
+                await anonymous.send("a", b"x")
+        async with SidecarClient(sidecar.address, credentials=Credentials(APP, APP_SECRET)) as client:
+            await client.send("a", b"through the sidecar")
+            with pytest.raises(Exception, match=f"{APP} may not Pub on Topic:b"):
+                await client.send("b", b"denied")
+
+            async def first() -> bytes:
+                async for delivery in client.deliveries(app_id="app"):
+                    await delivery.ack()
+                    return delivery.body
+                raise AssertionError("the stream ended")
+
+            assert await asyncio.wait_for(first(), 30) == b"through the sidecar"
+    finally:
+        await sidecar.drain()
