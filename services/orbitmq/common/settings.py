@@ -55,7 +55,10 @@ def load_settings(
         problems = []
         for issue in error.errors():
             field = ".".join(str(part) for part in issue["loc"]) or "settings"
-            source = origin.get(str(issue["loc"][0]) if issue["loc"] else "", "default")
+            if issue["loc"]:
+                source = origin.get(str(issue["loc"][0]), "default")
+            else:  # a rule across fields: where the fields it names came from
+                source = ", ".join(o for key, o in origin.items() if key in issue["msg"]) or "default"
             shown = f" (got {issue['input']!r})" if "input" in issue and field != "settings" else ""
             problems.append(f"{field}: {issue['msg']}{shown} [from {source}]")
         raise SettingsError("invalid settings: " + "; ".join(problems)) from None

@@ -400,3 +400,10 @@ async def test_sidecar_checks_its_applications(
             assert await asyncio.wait_for(first(), 30) == b"through the sidecar"
     finally:
         await sidecar.drain()
+
+
+def test_namesrv_with_auth_but_no_super_user_exits_naming_the_flag() -> None:
+    refused = _cli("namesrv", "--auth-enabled", "--listen", "127.0.0.1:0", "--metrics-listen", "", env={})
+    assert refused.returncode == 2
+    assert "auth_enabled needs a bootstrap super user" in refused.stderr
+    assert "[from flag --auth-enabled]" in refused.stderr
