@@ -83,24 +83,31 @@ class AuthAdminServicer:
         for user in users:
             if user is not None and user.is_super:
                 who = caller.username if caller is not None else "an unknown caller"
-                raise RpcFailure(
-                    ErrorReason.NO_PERMISSION,
-                    f"{who} may not {rpc} super user {user.username!r}: "
-                    "only a super user changes super users",
+                refusal = (
+                    f"{who} may not {rpc} super user {user.username!r}: only a super user changes super users"
                 )
+                # A denied decision of its own (the guard allowed the RPC): audited like the guard's.
+                action = rpc.capitalize()
+                self._audit(context, "denied", f"{action}User", action, "Deny", refusal)
+                raise RpcFailure(ErrorReason.NO_PERMISSION, refusal)
 
     def _audit_change(self, context: grpc.aio.ServicerContext, rpc: str, action: str, reason: str) -> None:
+        self._audit(context, "allowed_admin_change", rpc, action, "Allow", reason)
+
+    def _audit(
+        self, context: grpc.aio.ServicerContext, kind: str, rpc: str, action: str, decision: str, reason: str
+    ) -> None:
         caller = self._caller(context)
         request_id = next((str(v) for k, v in context.invocation_metadata() or () if k == "x-request-id"), "")
         audit.record(
             audit.AuditEvent(
-                kind="allowed_admin_change",
+                kind=kind,  # type: ignore[arg-type]
                 who=caller.username if caller is not None else "",
                 source=context.peer(),
                 action=action,
                 resource=f"Cluster:{self.b.settings.cluster}",
                 resource_type="Cluster",
-                decision="Allow",
+                decision=decision,
                 request_id=request_id,
                 rpc=f"/orbitmq.v1.Broker/{rpc}",
                 reason=reason,
