@@ -31,6 +31,8 @@ REASON_CODES: dict[int, int] = {
     ErrorReason.INVALID_ARGUMENT: v2.BAD_REQUEST,
     ErrorReason.STALE_EPOCH: v2.INTERNAL_SERVER_ERROR,
     ErrorReason.WOULD_HIDE_MESSAGES: v2.PRECONDITION_FAILED,
+    ErrorReason.USER_NOT_EXIST: v2.NOT_FOUND,
+    ErrorReason.ACL_NOT_EXIST: v2.NOT_FOUND,
 }
 """A broker's or name server's reason -> the v2 code (unlisted: ``INTERNAL_SERVER_ERROR``)."""
 
