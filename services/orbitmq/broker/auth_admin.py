@@ -21,7 +21,6 @@ import grpc
 
 from orbitmq.auth import audit
 from orbitmq.auth.model import User
-from orbitmq.auth.signature import ACCESS_KEY_HEADER
 from orbitmq.auth.tables import AuthTables
 from orbitmq.broker.auth_store import (
     AuthStore,
@@ -41,7 +40,7 @@ from orbitmq.broker.auth_store import (
     user_updated,
     users_matching,
 )
-from orbitmq.common.guard import with_bootstrap
+from orbitmq.common.guard import current_user
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
@@ -65,19 +64,10 @@ class AuthAdminServicer:
             )
         return self.b.auth_store
 
-    def _caller(self, context: grpc.aio.ServicerContext) -> User | None:
-        """The user making this call when auth is on (None when off): the guard has verified the
-        signature of its access key before the handler runs."""
-        settings = self.b.settings
-        if not settings.auth_enabled:
-            return None
-        key = next((str(v) for k, v in context.invocation_metadata() or () if k == ACCESS_KEY_HEADER), "")
-        return with_bootstrap(self.b.auth_store.tables, settings.bootstrap_user()).user(key)
-
     def _check_super_change(self, context: grpc.aio.ServicerContext, rpc: str, *users: User | None) -> None:
         if not self.b.settings.auth_enabled:
             return
-        caller = self._caller(context)
+        caller = current_user()  # verified by the guard before the handler runs
         if caller is not None and caller.is_super:
             return
         for user in users:
@@ -97,7 +87,7 @@ class AuthAdminServicer:
     def _audit(
         self, context: grpc.aio.ServicerContext, kind: str, rpc: str, action: str, decision: str, reason: str
     ) -> None:
-        caller = self._caller(context)
+        caller = current_user()  # verified by the guard before the handler runs
         request_id = next((str(v) for k, v in context.invocation_metadata() or () if k == "x-request-id"), "")
         audit.record(
             audit.AuditEvent(
