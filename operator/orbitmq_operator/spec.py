@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from orbitmq.common.names import GROUP_NAME_MAX_LENGTH, NAME_RULE, TOPIC_NAME_MAX_LENGTH
@@ -335,6 +335,77 @@ class PodSpec(_Spec):
     )
 
 
+class IssuerKind(StrEnum):
+    ISSUER = "Issuer"
+    CLUSTER_ISSUER = "ClusterIssuer"
+
+
+class IssuerRef(_Spec):
+    """A cert-manager issuer that signs the cluster's server certificate."""
+
+    name: str = Field(min_length=1, max_length=253, description="The Issuer's or ClusterIssuer's name.")
+    kind: IssuerKind = Field(description="Issuer (in the cluster's namespace) or ClusterIssuer.")
+
+
+class TlsSpec(_Spec):
+    """TLS on every port of the cluster (name servers, brokers with their replication, proxies).
+
+    Where the certificate comes from: ``issuer`` (cert-manager ``Certificate`` resources the
+    operator creates), ``secretName`` (a Secret the user keeps, with ``tls.crt``, ``tls.key`` and
+    ``ca.crt``), or neither: a CA the operator creates and keeps in ``<cluster>-ca``. Every pod
+    mounts the certificate at ``/var/run/orbitmq/tls`` and re-reads it when the Secret changes."""
+
+    enabled: bool = Field(default=False, description="Serve TLS on every port of the cluster.")
+    issuer: IssuerRef | None = Field(
+        default=None, description="Have cert-manager issue the server certificate from this issuer."
+    )
+    secret_name: str | None = Field(
+        default=None,
+        pattern=K8S_NAME_PATTERN,
+        max_length=253,
+        description="A Secret of yours with tls.crt, tls.key and ca.crt to serve with.",
+    )
+    require_client_cert: bool = Field(
+        default=False,
+        description="Mutual TLS: refuse clients without a certificate signed by the cluster's CA.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(has(self.issuer) && has(self.secretName))",
+                    "issuer and secretName are exclusive: the certificate comes from one of them",
+                    ".secretName",
+                )
+            ]
+        }
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TlsSpec:
+        """The CEL rule's twin, for a resource the API server let through (an older CRD)."""
+        if self.issuer is not None and self.secret_name is not None:
+            raise ValueError("issuer and secretName are exclusive: the certificate comes from one of them")
+        return self
+
+
+class AuthenticationSpec(_Spec):
+    """Users and permissions (RocketMQ ACL 2.0): every call signed by a user, and what is not
+    allowed to that user is denied."""
+
+    enabled: bool = Field(
+        default=False, description="Require signed requests and enforce the users' policies."
+    )
+
+
+class SecuritySpec(_Spec):
+    """TLS and authentication of the cluster; both off by default."""
+
+    tls: TlsSpec = Field(default_factory=TlsSpec)
+    authentication: AuthenticationSpec = Field(default_factory=AuthenticationSpec)
+
+
 class ClusterSpec(_Spec):
     """``OrbitMQCluster``: name servers and broker groups, reconciled into StatefulSets."""
 
@@ -346,6 +417,7 @@ class ClusterSpec(_Spec):
     proxy: ProxySpec = Field(default_factory=ProxySpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     pod: PodSpec = Field(default_factory=PodSpec)
+    security: SecuritySpec = Field(default_factory=SecuritySpec)
 
 
 class TopicSpec(_Spec):

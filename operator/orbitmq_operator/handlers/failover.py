@@ -21,8 +21,14 @@ from orbitmq.ha import Policy
 from orbitmq_operator import metrics
 from orbitmq_operator.builders import names
 from orbitmq_operator.handlers import events
+from orbitmq_operator.reconcile.access import PLAINTEXT, Access, cluster_access
 from orbitmq_operator.reconcile.failover import STEP_INTERVAL_S, ClusterFailover, GroupPods, wanted_groups
 from orbitmq_operator.spec import GROUP, VERSION, ClusterSpec
+
+ACCESS_REFRESH_S = 10.0
+"""How often the daemon re-reads the cluster's access (its CA and operator user Secrets): a
+rotated CA reaches the failover within this, at two API reads per cluster per period rather
+than per step."""
 
 BROKER_PODS = {names.LABEL_NAME: names.APP, names.LABEL_COMPONENT: names.BROKER}
 
@@ -66,6 +72,8 @@ async def failover(
 ) -> None:
     state = ClusterFailover()
     ha_lock: asyncio.Lock = memo.setdefault("ha_lock", asyncio.Lock())  # shared with rolling updates
+    access: Access = PLAINTEXT
+    access_read = float("-inf")
     while not stopped:
         try:
             parsed = ClusterSpec.model_validate(dict(spec))
@@ -74,7 +82,10 @@ async def failover(
         if parsed is not None and parsed.failover.enabled:
             policy = Policy(detection_window_ms=parsed.failover.detection_window_ms)
             pods = wanted_groups(pods_by_group(broker_pods, namespace, name), name, parsed.brokers.groups)
-            state.configure(pods, parsed.brokers.replication_mode.value, policy)
+            if time.monotonic() - access_read >= ACCESS_REFRESH_S:
+                access = await read_access(memo, namespace, name, parsed, access, logger)
+                access_read = time.monotonic()
+            state.configure(pods, parsed.brokers.replication_mode.value, policy, access)
             try:
                 async with ha_lock:  # never in the middle of a rolling update's switchover
                     acted = await state.step(int(time.time() * 1000))
@@ -84,6 +95,18 @@ async def failover(
             for group, decision in acted.items():
                 record(body, namespace, name, group, decision, logger)
         await stopped.wait(STEP_INTERVAL_S)
+
+
+async def read_access(
+    memo: kopf.Memo, namespace: str, name: str, spec: ClusterSpec, last: Access, logger: kopf.Logger
+) -> Access:
+    """The cluster's access now; the last one while it cannot be read (the reconcile reports
+    a missing or bad Secret in the cluster's status)."""
+    try:
+        return await cluster_access(memo["client"], namespace, name, spec)
+    except Exception as error:  # an API error or an unusable Secret: keep failing over as before
+        logger.warning("failover of %s keeps its last TLS and credentials: %s", name, error)
+        return last
 
 
 def record(

@@ -31,6 +31,7 @@ from orbitmq_operator.config import OperatorConfig
 from orbitmq_operator.handlers import events
 from orbitmq_operator.handlers.clusters import RESYNC_S, write_status
 from orbitmq_operator.reconcile import conditions
+from orbitmq_operator.reconcile.access import Access, access_of
 from orbitmq_operator.reconcile.cluster import now_rfc3339
 from orbitmq_operator.reconcile.conditions import Reason, Verdict
 from orbitmq_operator.reconcile.namesrv import namesrv_for
@@ -63,7 +64,7 @@ async def find_cluster(client: AsyncClient, namespace: str, name: str) -> Mappin
     return None if body["metadata"].get("deletionTimestamp") else body
 
 
-Apply = Callable[[str | list[str], Any, str], Awaitable[Applied]]
+Apply = Callable[[str | list[str], Any, str, Access], Awaitable[Applied]]
 
 
 async def apply_resource(
@@ -88,7 +89,8 @@ async def apply_resource(
             refuse(Reason.CLUSTER_NOT_FOUND, message, conditions.refused(Reason.CLUSTER_NOT_FOUND, message))
             raise kopf.TemporaryError(message, delay=RETRY_S)
         namesrv = await namesrv_for(memo["client"], memo["config"], cluster)
-        applied = await apply(namesrv, spec, spec.cluster)
+        access = await access_of(memo["client"], cluster)
+        applied = await apply(namesrv, spec, spec.cluster, access)
     except ResourceRefused as error:
         verdict = conditions.waiting if error.retriable else conditions.refused
         refuse(error.reason, error.message, verdict(error.reason, error.message))
@@ -105,7 +107,7 @@ async def apply_resource(
 
 async def delete_resource(
     what: str,
-    delete: Callable[[str | list[str], str, str], Awaitable[list[str]]],
+    delete: Callable[[str | list[str], str, str, Access], Awaitable[list[str]]],
     name: str,
     cluster_name: str,
     body: kopf.Body,
@@ -117,7 +119,9 @@ async def delete_resource(
         logger.info("%s: cluster %r is gone, nothing to delete from", what, cluster_name)
         return
     try:
-        deleted = await delete(await namesrv_for(memo["client"], memo["config"], cluster), name, cluster_name)
+        namesrv = await namesrv_for(memo["client"], memo["config"], cluster)
+        access = await access_of(memo["client"], cluster)
+        deleted = await delete(namesrv, name, cluster_name, access)
     except ResourceRefused as error:
         events.warning(body, error.reason, f"{error.message}; deletion retried in 30 s")
         raise kopf.TemporaryError(error.message, delay=30) from error

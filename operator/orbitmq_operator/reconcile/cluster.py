@@ -29,6 +29,7 @@ from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names, proxies
 from orbitmq_operator.builders.changes import surplus_broker_groups
 from orbitmq_operator.reconcile import apply, drain, rolling
+from orbitmq_operator.reconcile.access import PLAINTEXT, Access, cluster_access
 from orbitmq_operator.reconcile.cluster_status import (
     MemberState,
     Observed,
@@ -85,6 +86,7 @@ async def reconcile_cluster(
         generation = int(meta.get("generation", 0))
         status = invalid_status(str(error), generation, previous, now_rfc3339())
         return Outcome(status, [Event("InvalidSpec", f"{error}; nothing applied", warning=True)], error=error)
+    access = await cluster_access(client, cluster.namespace, cluster.name, cluster.spec)
     current = await apply.existing_objects(client, cluster)
     result = await apply.apply_objects(client, cluster, desired, current)
     leftovers = apply.prunable_leftovers(desired, current, proxies.PRUNABLE)
@@ -95,7 +97,7 @@ async def reconcile_cluster(
     if namesrv is not None and (surplus or previous.get("drains")):
         now = datetime.datetime.now(datetime.UTC)
         before = previous.get("drains", [])
-        drains = await drain.reconcile_drains(client, cluster, surplus, before, namesrv, now)
+        drains = await drain.reconcile_drains(client, cluster, surplus, before, namesrv, now, access=access)
         events += [Event(reason, message, warning) for reason, message, warning in drains.events]
         surplus = []
     if surplus:
@@ -109,9 +111,11 @@ async def reconcile_cluster(
         )
     rolls = rolling.RollOutcome()
     if observe_brokers:
-        rolls = await rolling.reconcile_rolls(client, cluster, ha_lock)
+        rolls = await rolling.reconcile_rolls(client, cluster, ha_lock, access=access)
         events += [Event(reason, message, warning) for reason, message, warning in rolls.events]
-    observed = await observe(client, cluster, current, surplus, observe_brokers=observe_brokers)
+    observed = await observe(
+        client, cluster, current, surplus, observe_brokers=observe_brokers, access=access
+    )
     observed = dataclasses.replace(observed, drains=tuple(drains.decisions), rolls=tuple(rolls.decisions))
     status = cluster_status(cluster, observed, previous, now_rfc3339())
     status["drains"] = drains.drains
@@ -141,6 +145,7 @@ async def observe(
     surplus: Sequence[int] = (),
     *,
     observe_brokers: bool = True,
+    access: Access = PLAINTEXT,
 ) -> Observed:
     """Ready replicas of each StatefulSet, and each reachable broker's role and epoch."""
 
@@ -153,7 +158,7 @@ async def observe(
     for index in range(cluster.spec.brokers.groups):
         name = names.broker_group(cluster.name, index)
         running = sorted((pod, ip) for pod, ip in pods.get(index, {}).items() if ip)
-        members = await asyncio.gather(*(ha_state(pod, ip) for pod, ip in running))
+        members = await asyncio.gather(*(ha_state(pod, ip, access) for pod, ip in running))
         groups.append(
             ObservedGroup(
                 name,
@@ -188,10 +193,10 @@ async def broker_pods(client: AsyncClient, cluster: Cluster) -> dict[int, dict[s
     return found
 
 
-async def ha_state(pod: str, ip: str) -> MemberState | None:
+async def ha_state(pod: str, ip: str, access: Access = PLAINTEXT) -> MemberState | None:
     """A broker pod's role and epoch, None when it does not answer in time."""
     try:
-        async with grpc.aio.insecure_channel(f"{ip}:{names.BROKER_PORT}") as channel:
+        async with access.channel(f"{ip}:{names.BROKER_PORT}") as channel:
             state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
                 broker_pb2.GetHaStateRequest(), timeout=HA_STATE_TIMEOUT_S
             )

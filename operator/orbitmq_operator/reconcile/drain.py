@@ -29,7 +29,6 @@ from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
-from orbitmq.client.admin import Admin
 from orbitmq.common.errors import OrbitError
 from orbitmq_operator.builders import Cluster, names
 from orbitmq_operator.builders.drain import (
@@ -40,6 +39,7 @@ from orbitmq_operator.builders.drain import (
     decide_drain,
     track_offline,
 )
+from orbitmq_operator.reconcile.access import PLAINTEXT, Access
 
 
 @dataclass
@@ -78,6 +78,7 @@ async def drain_group(
     now: datetime.datetime,
     policy: DrainPolicy,
     offline_since: Mapping[str, str],
+    access: Access = PLAINTEXT,
 ) -> GroupDrain:
     """Wipe ``broker_name``'s write permission on every name server, read its backlog and which
     lagging consumer groups have a consumer online there, decide. A name server or master that
@@ -85,7 +86,7 @@ async def drain_group(
     step's, by group (RFC 3339)."""
     elapsed_s = (now - started).total_seconds()
     try:
-        async with Admin(namesrv) as admin:
+        async with access.admin(namesrv) as admin:
             await admin.wipe_write_perm(broker_name)
             backlog = await admin.broker_backlog(broker_name)
             lagging = {group for group, _ in backlog if group != DELAYED_GROUP}
@@ -99,9 +100,9 @@ async def drain_group(
     return GroupDrain(decide_drain(broker_name, elapsed_s, backlog, policy, offline_s=offline_s), since)
 
 
-async def cancel_drain(namesrv: str | list[str], broker_name: str) -> None:
+async def cancel_drain(namesrv: str | list[str], broker_name: str, access: Access = PLAINTEXT) -> None:
     """The spec wants the group again: producers may send to it again."""
-    async with Admin(namesrv) as admin:
+    async with access.admin(namesrv) as admin:
         await admin.add_write_perm(broker_name)
 
 
@@ -133,6 +134,7 @@ async def reconcile_drains(
     now: datetime.datetime,
     *,
     grace_s: float | None = None,
+    access: Access = PLAINTEXT,
 ) -> DrainOutcome:
     """One step of every drain; ``previous`` is ``status.drains``. ``client`` None deletes
     nothing (the decision is still reported), for callers without a Kubernetes API."""
@@ -140,7 +142,7 @@ async def reconcile_drains(
     started = {d["name"]: d.get("startedAt", "") for d in previous}
     wanted = {names.broker_group(cluster.name, i) for i in surplus}
     for name in sorted(set(started) - wanted):
-        await cancel_drain(namesrv, name)
+        await cancel_drain(namesrv, name, access)
         outcome.events.append(("DrainCancelled", f"{name} is wanted again: write permission restored", False))
     policy = policy_of(cluster, grace_s)
     stamp = _format(now)
@@ -150,7 +152,7 @@ async def reconcile_drains(
         before = next((d for d in previous if d["name"] == name), {})
         since = started.get(name) or stamp
         offline = {g["group"]: g["since"] for g in before.get("offlineGroups", [])}
-        step = await drain_group(namesrv, name, _parse(since), now, policy, offline)
+        step = await drain_group(namesrv, name, _parse(since), now, policy, offline, access)
         decision = step.decision
         if name not in started:
             outcome.events.append(("Draining", f"{name}: write permission wiped; {decision.message}", False))

@@ -18,6 +18,7 @@ from orbitmq.ha import Policy
 from orbitmq.ha.decision import Decision
 from orbitmq.ha.group import BrokerGroupFailover, GroupMember
 from orbitmq_operator.builders import names
+from orbitmq_operator.reconcile.access import PLAINTEXT, Access
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,15 @@ class ClusterFailover:
 
     groups: dict[str, BrokerGroupFailover] = field(default_factory=dict)
 
-    def configure(self, pods_by_group: Mapping[str, GroupPods], master_role: str, policy: Policy) -> None:
-        """Follow the spec (role, window) and the pods; groups with no pod left are dropped."""
+    def configure(
+        self,
+        pods_by_group: Mapping[str, GroupPods],
+        master_role: str,
+        policy: Policy,
+        access: Access = PLAINTEXT,
+    ) -> None:
+        """Follow the spec (role, window), the cluster's access (TLS, credentials) and the
+        pods; groups with no pod left are dropped."""
         for group in list(self.groups):
             if group not in pods_by_group:
                 del self.groups[group]
@@ -65,6 +73,7 @@ class ClusterFailover:
             if failover is None:
                 failover = self.groups[group] = BrokerGroupFailover([], master_role, policy)
             failover.master_role, failover.policy = master_role, policy
+            failover.tls, failover.credentials = access.tls, access.credentials
             sync_members(failover, pods)
 
     async def step(self, now_ms: int) -> dict[str, Decision]:

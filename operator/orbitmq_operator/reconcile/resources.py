@@ -25,6 +25,7 @@ from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.v1.broker_pb2 import ErrorReason
 from orbitmq_operator.reconcile import conditions
+from orbitmq_operator.reconcile.access import PLAINTEXT, Access
 from orbitmq_operator.reconcile.conditions import Reason, Verdict
 from orbitmq_operator.spec import ConsumerGroupSpec, TopicSpec
 
@@ -127,11 +128,11 @@ async def _names_by_address(admin: Admin, cluster: str) -> dict[str, str]:
     return {b.address: b.broker_name for b in await admin.masters(cluster)}
 
 
-async def apply_topic(namesrv: str, spec: TopicSpec, cluster: str) -> Applied:
+async def apply_topic(namesrv: str, spec: TopicSpec, cluster: str, access: Access = PLAINTEXT) -> Applied:
     """Create or update the topic on every master of ``cluster``."""
     what = f"topic {spec.topic_name!r}"
     try:
-        async with Admin(namesrv) as admin:
+        async with access.admin(namesrv) as admin:
             reports = await admin.create_topic(spec.topic_name, **topic_arguments(spec, cluster))
             names = await _names_by_address(admin, cluster)
     except (grpc.aio.AioRpcError, OrbitError) as error:
@@ -139,11 +140,13 @@ async def apply_topic(namesrv: str, spec: TopicSpec, cluster: str) -> Applied:
     return Applied(sorted(names.get(r.address, r.address) for r in reports), changed_outcomes(reports, names))
 
 
-async def apply_group(namesrv: str, spec: ConsumerGroupSpec, cluster: str) -> Applied:
+async def apply_group(
+    namesrv: str, spec: ConsumerGroupSpec, cluster: str, access: Access = PLAINTEXT
+) -> Applied:
     """Create or update the subscription group on every master of ``cluster``."""
     what = f"consumer group {spec.group_name!r}"
     try:
-        async with Admin(namesrv) as admin:
+        async with access.admin(namesrv) as admin:
             addresses = await admin.create_group(spec.group_name, **group_arguments(spec, cluster))
             names = await _names_by_address(admin, cluster)
     except (grpc.aio.AioRpcError, OrbitError) as error:
@@ -151,11 +154,11 @@ async def apply_group(namesrv: str, spec: ConsumerGroupSpec, cluster: str) -> Ap
     return Applied(sorted(names.get(a, a) for a in addresses))
 
 
-async def delete_topic(namesrv: str, topic: str, cluster: str) -> list[str]:
+async def delete_topic(namesrv: str, topic: str, cluster: str, access: Access = PLAINTEXT) -> list[str]:
     """Delete the topic from every master; one already gone is fine (a finalizer retried after
     a partial deletion, or a topic deleted by hand)."""
     try:
-        async with Admin(namesrv) as admin:
+        async with access.admin(namesrv) as admin:
             return await admin.delete_topic(topic, cluster=cluster)
     except (grpc.aio.AioRpcError, OrbitError) as error:
         if _is_reason(error, ErrorReason.TOPIC_NOT_EXIST):
@@ -163,10 +166,10 @@ async def delete_topic(namesrv: str, topic: str, cluster: str) -> list[str]:
         raise refusal_of(error, f"deleting topic {topic!r}") from error
 
 
-async def delete_group(namesrv: str, group: str, cluster: str) -> list[str]:
+async def delete_group(namesrv: str, group: str, cluster: str, access: Access = PLAINTEXT) -> list[str]:
     """Delete the group and its offsets from every master; one already gone is fine."""
     try:
-        async with Admin(namesrv) as admin:
+        async with access.admin(namesrv) as admin:
             return await admin.delete_group(group, cluster=cluster)
     except (grpc.aio.AioRpcError, OrbitError) as error:
         if _is_reason(error, ErrorReason.SUBSCRIPTION_GROUP_NOT_EXIST):

@@ -29,6 +29,7 @@ from orbitmq.ha.group import SWITCHOVER_LAG_BYTES, BrokerGroupFailover, GroupMem
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 from orbitmq_operator.builders import Cluster, names
 from orbitmq_operator.builders.rolling import PodState, RollDecision, RollStep, decide_roll
+from orbitmq_operator.reconcile.access import PLAINTEXT, Access
 
 REVISION_LABEL = "controller-revision-hash"
 HA_STATE_TIMEOUT_S = 1.0
@@ -58,9 +59,9 @@ class _GroupPods:
     """Pod name -> broker address, for Ready pods."""
 
 
-async def _ha_state(address: str) -> broker_pb2.HaState | None:
+async def _ha_state(address: str, access: Access) -> broker_pb2.HaState | None:
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with access.channel(address) as channel:
             return await broker_pb2_grpc.BrokerStub(channel).GetHaState(
                 broker_pb2.GetHaStateRequest(), timeout=HA_STATE_TIMEOUT_S
             )
@@ -76,7 +77,7 @@ def _is_ready(pod: Pod) -> bool:
 
 
 async def observe_group(
-    client: AsyncClient, cluster: Cluster, index: int, address_of: AddressOf
+    client: AsyncClient, cluster: Cluster, index: int, address_of: AddressOf, access: Access = PLAINTEXT
 ) -> _GroupPods:
     """The group's update revision, and its pods with revision, readiness, role and sync."""
     name = names.broker_group(cluster.name, index)
@@ -96,7 +97,9 @@ async def observe_group(
     revisions = {p.metadata.name: (p.metadata.labels or {}).get(REVISION_LABEL, "") for p in found}
     rolling = not update_revision or any(r != update_revision for r in revisions.values())
     asked = addresses if rolling else {}  # an up-to-date group costs no broker calls
-    states = dict(zip(asked, await asyncio.gather(*map(_ha_state, asked.values())), strict=True))
+    states = dict(
+        zip(asked, await asyncio.gather(*(_ha_state(a, access) for a in asked.values())), strict=True)
+    )
     master = next((s for s in states.values() if s is not None and s.role != "SLAVE"), None)
     streaming = {s.address for s in master.slaves if s.lag_bytes <= SWITCHOVER_LAG_BYTES} if master else set()
     pods = []
@@ -120,13 +123,15 @@ async def reconcile_rolls(
     cluster: Cluster,
     ha_lock: asyncio.Lock | None = None,
     address_of: AddressOf = pod_address,
+    *,
+    access: Access = PLAINTEXT,
 ) -> RollOutcome:
     """One step of the rolling update of every broker group of the spec."""
     outcome = RollOutcome()
     for index in range(cluster.spec.brokers.groups):
         group = names.broker_group(cluster.name, index)
         try:
-            seen = await observe_group(client, cluster, index, address_of)
+            seen = await observe_group(client, cluster, index, address_of, access)
         except ApiError as error:
             if error.status.code == 404:
                 continue  # not applied yet
@@ -142,7 +147,7 @@ async def reconcile_rolls(
                     raise
             outcome.events.append(("RollingUpdate", decision.message, False))
         elif decision.step is RollStep.SWITCHOVER:
-            decision = await _switchover(cluster, decision, seen.addresses, ha_lock, outcome)
+            decision = await _switchover(cluster, decision, seen.addresses, ha_lock, outcome, access)
         outcome.decisions.append(decision)
     return outcome
 
@@ -153,9 +158,16 @@ async def _switchover(
     addresses: dict[str, str],
     ha_lock: asyncio.Lock | None,
     outcome: RollOutcome,
+    access: Access,
 ) -> RollDecision:
     members = [GroupMember(pod, address) for pod, address in sorted(addresses.items())]
-    failover = BrokerGroupFailover(members, cluster.spec.brokers.replication_mode.value, Policy())
+    failover = BrokerGroupFailover(
+        members,
+        cluster.spec.brokers.replication_mode.value,
+        Policy(),
+        credentials=access.credentials,
+        tls=access.tls,
+    )
     async with ha_lock if ha_lock is not None else contextlib.nullcontext():
         try:
             result = await failover.switchover(int(time.time() * 1000))

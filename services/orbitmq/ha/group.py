@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import grpc
 
 from orbitmq.common.credentials import Credentials, signed
+from orbitmq.common.tls import ClientTls, open_channel
 from orbitmq.ha.decision import Decision, Member, Policy, Role, decide
 from orbitmq.ha.switchover import switchover
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
@@ -58,6 +59,8 @@ class GroupMember:
     state: broker_pb2.HaState | None = None
     """Its last answer to ``GetHaState`` (kept while it is down: the decision needs its epoch)."""
     last_seen_ms: int = 0
+    server_name: str | None = None
+    """The name its TLS certificate holds when ``address`` is an IP (a pod's DNS name)."""
 
     @property
     def is_master(self) -> bool:
@@ -73,11 +76,14 @@ class BrokerGroupFailover:
         master_role: str,
         policy: Policy,
         credentials: Credentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         """``credentials``: what the calls to the members are signed with (brokers with auth on:
-        a super user, as they are role changes)."""
+        a super user, as they are role changes); ``tls``: how the members are reached (None:
+        plaintext)."""
         self.members = list(members)
         self.credentials = credentials
+        self.tls = tls
         self.master_role = master_role
         """SYNC_MASTER or ASYNC_MASTER: what a promoted slave becomes."""
         self.policy = policy
@@ -175,8 +181,8 @@ class BrokerGroupFailover:
         deadline = time.monotonic() + timeout_s
         assert chosen.address is not None and old.address is not None
         async with (
-            self._channel(chosen.address) as to_chosen,
-            self._channel(old.address) as to_old,
+            self._channel(chosen) as to_chosen,
+            self._channel(old) as to_old,
         ):
             while True:
                 ask = broker_pb2.GetHaStateRequest()
@@ -205,15 +211,19 @@ class BrokerGroupFailover:
             return leaving
         return next(i for i in range(1, len(self.members) + 2) if i not in used)
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel: grpc.aio.Channel = signed(grpc.aio.insecure_channel(address), self.credentials)
+    def _channel(self, member: GroupMember) -> grpc.aio.Channel:
+        assert member.address is not None
+        tls = self.tls
+        if tls is not None and member.server_name:
+            tls = tls.model_copy(update={"tls_server_name": member.server_name})
+        channel: grpc.aio.Channel = signed(open_channel(member.address, tls, []), self.credentials)
         return channel
 
     async def _observe(self, member: GroupMember, now_ms: int) -> Member | None:
         alive = False
         if member.address is not None:
             try:
-                async with self._channel(member.address) as channel:
+                async with self._channel(member) as channel:
                     member.state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
                         broker_pb2.GetHaStateRequest(), timeout=OBSERVE_TIMEOUT_S
                     )
@@ -259,7 +269,7 @@ class BrokerGroupFailover:
 
     async def _change(self, member: GroupMember, request: broker_pb2.ChangeRoleRequest) -> None:
         assert member.address is not None
-        async with self._channel(member.address) as channel:
+        async with self._channel(member) as channel:
             member.state = await broker_pb2_grpc.BrokerStub(channel).ChangeRole(
                 request, timeout=CHANGE_TIMEOUT_S
             )
