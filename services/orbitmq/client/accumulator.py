@@ -59,6 +59,7 @@ from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
 from orbitmq.client.send_wire import with_born_host
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.tasks import TaskSet
+from orbitmq.common.tls import TlsError
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
@@ -329,13 +330,16 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
             self._carrier._record_latency(name, 0, failed=True)
         now = time.perf_counter()
         if not failure.retriable:
-            if len(batch) > 1:  # whose message was it? each goes again alone, in order
+            if len(batch) > 1 and not isinstance(error, TlsError):
+                # Whose message was it? Each goes again alone, in order. (A refused TLS
+                # handshake is the broker's, not a message's: it fails them all below.)
                 for pending in batch:
                     pending.alone = True
                 lane.waiting.extendleft(reversed(batch))
                 return
-            first = batch[0]
-            _fail(first, SendFailed(topic, name, address, failure, now - first.started, first.attempts))
+            for pending in batch:
+                spent = now - pending.started
+                _fail(pending, SendFailed(topic, name, address, failure, spent, pending.attempts))
             return
         survivors: list[PendingSend] = []
         pause_ms: float | None = None

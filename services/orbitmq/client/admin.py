@@ -21,6 +21,7 @@ from orbitmq.common.credentials import Credentials
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.common.tls import ClientTls
 from orbitmq.common.topics import SCHEDULE_TOPIC, Property
 from orbitmq.store.message_id import read_msg_id
 from orbitmq.store.record import StoredMessage, decode, encode_host
@@ -62,9 +63,16 @@ class BrokerInfo:
 
 
 class Admin(AuthAdmin):
-    def __init__(self, namesrv: str | list[str], *, credentials: Credentials | None = None) -> None:
-        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``)."""
-        self._channels = Channels(namesrv, credentials=credentials)
+    def __init__(
+        self,
+        namesrv: str | list[str],
+        *,
+        credentials: Credentials | None = None,
+        tls: ClientTls | None = None,
+    ) -> None:
+        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``);
+        ``tls``: TLS toward the cluster (None: ``ORBITMQ_TLS_*``, plaintext when unset)."""
+        self._channels = Channels(namesrv, tls=tls, credentials=credentials)
 
     async def __aenter__(self) -> Admin:
         return self

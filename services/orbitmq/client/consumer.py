@@ -37,6 +37,7 @@ from orbitmq.common.credentials import Credentials
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.tasks import TaskSet
+from orbitmq.common.tls import ClientTls
 from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, Property
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import StoredMessage, decode_all
@@ -67,7 +68,10 @@ class PushConsumer:
         clock: Clock = SYSTEM_CLOCK,
         metrics: ConsumerMetrics | None = None,
         credentials: Credentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
+        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``);
+        ``tls``: TLS toward the cluster (None: ``ORBITMQ_TLS_*``, plaintext when unset)."""
         validate_group_name(group)
         if orderly and message_model is MessageModel.BROADCASTING:
             raise ValueError("orderly consumption needs clustering: broadcasting has no queue locks")
@@ -82,7 +86,7 @@ class PushConsumer:
         self.metrics = metrics or ConsumerMetrics(group, self.client_id)
         self._allocate = allocate or AllocateAveragely()
         self._listener = listener
-        self._channels = Channels(namesrv, credentials=credentials)
+        self._channels = Channels(namesrv, tls=tls, credentials=credentials)
         self._subscriptions: dict[str, common_pb2.Subscription] = {}
         self._tag_filters: dict[str, TagFilter] = {}
         self._routes: dict[str, ReadRoute] = {}

@@ -51,6 +51,7 @@ from orbitmq.common.credentials import Credentials
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.tasks import TaskSet
+from orbitmq.common.tls import ClientTls
 from orbitmq.common.topics import Property
 from orbitmq.store.record import StoredMessage, decode
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
@@ -97,6 +98,9 @@ class Producer:
             sends with a sharding key or a named queue have one per queue, to keep their order.
         credentials: what every call is signed with, for clusters with auth on (default:
             ``ORBITMQ_ACCESS_KEY``/``ORBITMQ_SECRET_KEY``, none when unset).
+        tls: TLS toward the cluster (default: ``ORBITMQ_TLS_*``, plaintext when unset). A send
+            to a broker that refuses the handshake fails at once naming the cause
+            (:class:`~orbitmq.common.tls.TlsError` as its failure), not at the end of its budget.
     """
 
     def __init__(
@@ -118,11 +122,12 @@ class Producer:
         auto_batch_max_bytes: int = DEFAULT_MAX_BYTES,
         auto_batch_in_flight: int = DEFAULT_IN_FLIGHT,
         credentials: Credentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         validate_group_name(group)
         self.group = group
         self.client_id = client_id()
-        self._channels = Channels(namesrv, credentials=credentials)
+        self._channels = Channels(namesrv, tls=tls, credentials=credentials)
         self.retry = SendRetryPolicy(
             send_timeout_ms, attempt_timeout_ms, retry_backoff_ms, retry_backoff_max_ms
         )
@@ -516,7 +521,11 @@ class Producer:
             await self._heartbeat(target.address)
         request.queue_id = target.queue_id
         request.born_timestamp_ms = int(time.time() * 1000)
-        return await self._channels.broker(target.address).SendMessage(request, timeout=timeout_s)
+        try:
+            return await self._channels.broker(target.address).SendMessage(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as error:
+            await self._channels.raise_tls_failure(target.address, error)  # not retriable: at once
+            raise
 
     # -- what the accumulator's calls need (orbitmq.client.accumulator.Carrier) ----------------
 
@@ -553,7 +562,13 @@ class Producer:
                 response_deserializer=broker_pb2.SendMessageResponse.FromString,
             )
             cached = self._send_calls[address] = (channel, call)
-        return await cached[1](data, timeout=timeout_s)  # type: ignore[no-any-return]
+        try:
+            return await cached[1](data, timeout=timeout_s)  # type: ignore[no-any-return]
+        except grpc.aio.AioRpcError as error:
+            # A refused handshake fails every attempt alike: a TlsError (not retriable) ends the
+            # send now, naming the cause, instead of retrying UNAVAILABLE until the budget ends.
+            await self._channels.raise_tls_failure(address, error)
+            raise
 
     def _record_latency(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None:
         self._faults.record(broker_name, latency_ms, failed=failed)

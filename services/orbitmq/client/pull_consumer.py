@@ -13,12 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+import grpc
+
 from orbitmq.client.channels import Channels
 from orbitmq.client.queue import MessageQueue
 from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.common.credentials import Credentials
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.tls import ClientTls
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import StoredMessage, decode_all
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc, common_pb2
@@ -54,11 +57,17 @@ class PullConsumer:
     """
 
     def __init__(
-        self, group: str, namesrv: str | None = None, *, credentials: Credentials | None = None
+        self,
+        group: str,
+        namesrv: str | None = None,
+        *,
+        credentials: Credentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
-        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``)."""
+        """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``);
+        ``tls``: TLS toward the cluster (None: ``ORBITMQ_TLS_*``, plaintext when unset)."""
         self.group = validate_group_name(group)
-        self._channels = Channels(namesrv, credentials=credentials)
+        self._channels = Channels(namesrv, tls=tls, credentials=credentials)
         self._routes: dict[str, ReadRoute] = {}
 
     async def __aenter__(self) -> PullConsumer:
@@ -116,20 +125,22 @@ class PullConsumer:
         subscription = common_pb2.Subscription(
             topic=mq.topic, expression=expression, expression_type=common_pb2.SQL92 if sql else common_pb2.TAG
         )
-        stub = await self._broker(mq)
-        reply = await stub.PullMessage(
-            broker_pb2.PullMessageRequest(
-                consumer_group=self.group,
-                topic=mq.topic,
-                queue_id=mq.queue_id,
-                queue_offset=offset,
-                max_msg_nums=max_nums,
-                suspend_timeout_ms=wait_ms,
-                commit_offset=-1,
-                subscription=subscription,
-            ),
-            timeout=wait_ms / 1000 + 10,
+        address = await self._master(mq)
+        request = broker_pb2.PullMessageRequest(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            suspend_timeout_ms=wait_ms,
+            commit_offset=-1,
+            subscription=subscription,
         )
+        try:
+            reply = await self._channels.broker(address).PullMessage(request, timeout=wait_ms / 1000 + 10)
+        except grpc.aio.AioRpcError as error:  # a refused handshake: TlsError naming the cause
+            await self._channels.raise_tls_failure(address, error)
+            raise
         status = PullStatus[broker_pb2.PullStatus.Name(reply.status)]
         if raw:
             records = list(reply.records)
@@ -196,6 +207,10 @@ class PullConsumer:
         return self._routes[topic]
 
     async def _broker(self, mq: MessageQueue) -> broker_pb2_grpc.BrokerStub:
+        return self._channels.broker(await self._master(mq))
+
+    async def _master(self, mq: MessageQueue) -> str:
+        """The address of ``mq``'s master, from the route (fetched again if it lacks one)."""
         route = await self._route(mq.topic, False)
         if mq.broker_name not in route.masters:
             route = await self._route(mq.topic, True)
@@ -203,7 +218,7 @@ class PullConsumer:
             raise RpcFailure(
                 ErrorReason.SERVICE_NOT_AVAILABLE, f"broker {mq.broker_name!r} of {mq} has no live master"
             )
-        return self._channels.broker(route.masters[mq.broker_name])
+        return route.masters[mq.broker_name]
 
 
 def _queue(mq: MessageQueue) -> broker_pb2.QueueRequest:
