@@ -29,6 +29,10 @@ from orbitmq.common.tls import CertificateReloader, ServerTls, server_credential
 log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+HEALTH_PATH = "/health"
+"""The metrics port's plaintext health answer (200 SERVING, 503 NOT_SERVING): what a
+Kubernetes probe asks when the gRPC port serves TLS only, which the kubelet's gRPC probe cannot
+speak (as etcd's ``/health`` on its metrics port)."""
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest gRPC message: a 4 MiB body and a full batch fit with room to spare."""
@@ -135,6 +139,8 @@ class GrpcServer:
         self._health = health.aio.HealthServicer()
         self._services: list[str] = []
         self._metrics_http: Any = None
+        self.serving = False
+        """What the health service answers for the whole server (and ``/health`` with it)."""
         self.port = 0
         self.metrics_port = 0
 
@@ -212,6 +218,7 @@ class GrpcServer:
         await self.server.start()
         for service in ["", *self._services]:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self.serving = True
         log.info(
             "%s serving on %s%s (metrics %s)",
             self.name,
@@ -227,8 +234,21 @@ class GrpcServer:
         except OSError as error:
             reason = port_in_use(port) if error.errno == errno.EADDRINUSE else error.strerror or str(error)
             raise listen_error(f"{self.name} metrics", listen, "--metrics-listen", reason) from None
+        server.set_app(self._with_health(server.get_app()))
         self._metrics_http = server
         self.metrics_port = server.server_port
+
+    def _with_health(self, metrics: Callable[..., Any]) -> Callable[..., Any]:
+        """The metrics WSGI app, answering :data:`HEALTH_PATH` from :attr:`serving` too."""
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+            if environ.get("PATH_INFO") != HEALTH_PATH:
+                return metrics(environ, start_response)
+            status = "200 OK" if self.serving else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain")])
+            return [b"SERVING\n" if self.serving else b"NOT_SERVING\n"]
+
+        return app
 
     async def set_serving(self, serving: bool) -> None:
         status = (
@@ -236,6 +256,7 @@ class GrpcServer:
         )
         for service in ["", *self._services]:
             await self._health.set(service, status)
+        self.serving = serving
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """NOT_SERVING, then let in-flight calls finish for up to ``grace_s``; idempotent."""
