@@ -40,6 +40,7 @@ from orbitmq_operator.spec import (
     TopicSpec,
     cel,
 )
+from orbitmq_operator.user_spec import UserSpec, UserStatus
 
 CATEGORY = "orbitmq"
 """``kubectl get orbitmq`` lists every orbitmq resource of a namespace."""
@@ -167,6 +168,34 @@ KINDS: tuple[Kind, ...] = (
             _age_column(),
         ),
         description="A consumer (subscription) group on every broker group of an OrbitMQCluster.",
+    ),
+    Kind(
+        kind="OrbitMQUser",
+        plural="orbitmqusers",
+        short_names=("omquser", "omqu"),
+        spec=UserSpec,
+        status=UserStatus,
+        printer_columns=(
+            {"name": "Cluster", "type": "string", "jsonPath": ".spec.cluster"},
+            {"name": "Type", "type": "string", "jsonPath": ".spec.userType"},
+            {
+                "name": "Secret",
+                "type": "string",
+                "jsonPath": ".status.secretName",
+                "description": "The Secret holding accessKey and secretKey.",
+            },
+            _ready_column(),
+            _age_column(),
+        ),
+        description="A user of an OrbitMQCluster (access key, secret, ACL 2.0 policies), on every "
+        "master of the cluster; deleting it revokes the user at once.",
+        rules=(
+            cel(
+                "self.spec.authentication.type != 'generated' || self.metadata.name.size() <= 64",
+                "metadata.name is the generated user's access key: at most 64 characters",
+                field_path=".metadata.name",
+            ),
+        ),
     ),
 )
 

@@ -17,6 +17,11 @@ Least privilege, derived from what the code calls (``reconcile/``, ``handlers/``
   name-server pod IPs), deleted one at a time by the roll. **PersistentVolumeClaims**: listed and
   patched (a grown ``storage.size``).
 * **Events**: created (kopf posts them; it never patches one).
+* **Secrets** (``reconcile/secrets.py``): read and created, never listed, patched or deleted:
+  a cluster's operator user ``<cluster>-operator-user`` and a generated ``OrbitMQUser``'s
+  credentials are made once and read afterwards (owner references delete them), and a user's
+  own Secret (``spec.authentication.secretName``) is read. ``orbitmqusers/finalizers``
+  ``update``: a generated Secret's owner reference blocks the user's deletion (see clusters').
 * **Peering** (``kopf.dev``, see :mod:`orbitmq_operator.peering`): ``KopfPeering`` objects in
   the watched namespaces, or the ``ClusterKopfPeering`` when watching all of them: listed,
   read, watched, patched (keep-alives in their status); never created: the chart owns them and
@@ -27,7 +32,7 @@ Least privilege, derived from what the code calls (``reconcile/``, ``handlers/``
   these kopf still runs, falling back with a warning.
 
 Discovery (``/api``, ``/apis``) is granted to every authenticated user by default. Nothing
-else: no secrets, no nodes, no ``*``.
+else: no listing of Secrets, no nodes, no ``*``.
 
 The functions are pure (dicts in, dicts out), for the Helm chart and the tests to render.
 """
@@ -48,6 +53,7 @@ DEFAULT_NAME = "orbitmq-operator"
 RBAC_API = "rbac.authorization.k8s.io"
 RBAC_VERSION = f"{RBAC_API}/v1"
 CLUSTERS = "orbitmqclusters"
+USERS = "orbitmqusers"
 PLURALS = tuple(kind.plural for kind in KINDS)
 """orbitmqclusters, orbitmqtopics, orbitmqconsumergroups."""
 
@@ -75,6 +81,8 @@ def namespaced_rules(*, clusterwide: bool = False) -> list[Rule]:
         _rule("", ["pods"], ["list", "watch", "delete"]),
         _rule("", ["persistentvolumeclaims"], ["list", "patch"]),
         _rule("", ["events"], ["create"]),
+        _rule("", ["secrets"], ["get", "create"]),
+        _rule(GROUP, [f"{USERS}/finalizers"], ["update"]),
     ]
     if not clusterwide:
         rules.append(_rule(PEERING_GROUP, ["kopfpeerings"], ["get", "list", "watch", "patch"]))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from orbitmq_operator.builders import broker_settings, common, names
+from orbitmq_operator.builders import auth, broker_settings, common, names
 from orbitmq_operator.builders.common import Cluster, Manifest
 from orbitmq_operator.spec import RetentionPolicy
 
@@ -158,7 +158,10 @@ def _pod_spec(cluster: Cluster, group: int) -> dict[str, Any]:
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy.value,
         "command": broker_command(cluster, group),
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            *auth.server_env(cluster, "ORBITMQ_BROKER_"),
+        ],
         "ports": [common.tcp_port("grpc", names.BROKER_PORT), common.tcp_port("metrics", spec.metrics.port)],
         **common.grpc_probes(names.BROKER_PORT, STARTUP_BUDGET_S),
         "securityContext": common.container_security_context(),

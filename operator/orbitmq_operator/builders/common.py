@@ -274,9 +274,11 @@ def stateless_pod_spec(
     startup_budget_s: int,
     resources: Resources,
     termination_grace_s: int,
+    env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The pod of a process that keeps nothing on disk (a name server, a proxy): its gRPC and
     metrics ports, health probes, /tmp as the only writable path, and the user's ``spec.pod``.
+    ``env``: the operator's own variables (authentication's, read from a Secret), if any.
 
     Such processes never call the Kubernetes API, and service links would put variables of our
     own Services among their settings (a cluster named orbitmq: ``ORBITMQ_NAMESRV_PORT``)."""
@@ -291,6 +293,8 @@ def stateless_pod_spec(
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": names.TMP_VOLUME, "mountPath": names.TMP_MOUNT}],
     }
+    if env:
+        main["env"] = list(env)
     limits = container_resources(resources)
     if limits:
         main["resources"] = limits

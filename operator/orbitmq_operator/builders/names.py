@@ -156,3 +156,24 @@ def labels(cluster: str, component: str, group: int | None = None) -> dict[str, 
 def cluster_selector(cluster: str) -> str:
     """A label selector (``kubectl -l``) for everything of one cluster, e.g. to list its PVCs."""
     return f"{LABEL_NAME}={APP},{LABEL_INSTANCE}={cluster}"
+
+
+# -- authentication (spec.security.authentication, OrbitMQUser) --
+
+OPERATOR_USER = "operator-user"
+"""Component label of the operator's super user Secret."""
+ACCESS_KEY = "accessKey"
+SECRET_KEY = "secretKey"
+"""The keys of every credentials Secret (the operator's, an OrbitMQUser's): RocketMQ's
+``SessionCredentials(accessKey, secretKey)``."""
+
+
+def operator_user_secret(cluster: str) -> str:
+    """``<cluster>-operator-user``: the operator's super user of the cluster (accessKey,
+    secretKey), which every server of the cluster takes as its bootstrap super user."""
+    return f"{cluster}-{OPERATOR_USER}"
+
+
+def user_secret(user: str) -> str:
+    """The Secret of a generated ``OrbitMQUser``'s credentials: named after the user."""
+    return user

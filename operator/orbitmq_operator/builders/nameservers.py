@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orbitmq_operator.builders import common, names
+from orbitmq_operator.builders import auth, common, names
 from orbitmq_operator.builders.common import Cluster, Manifest
 
 CONTAINER = "namesrv"
@@ -99,4 +99,5 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         startup_budget_s=STARTUP_BUDGET_S,
         resources=spec.name_servers.resources,
         termination_grace_s=TERMINATION_GRACE_S,
+        env=auth.server_env(cluster, "ORBITMQ_NAMESRV_"),
     )

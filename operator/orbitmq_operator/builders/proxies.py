@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orbitmq_operator.builders import common, names
+from orbitmq_operator.builders import auth, common, names
 from orbitmq_operator.builders.common import Cluster, Manifest
 
 CONTAINER = "proxy"
@@ -100,4 +100,5 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         startup_budget_s=STARTUP_BUDGET_S,
         resources=cluster.spec.proxy.resources,
         termination_grace_s=TERMINATION_GRACE_S,
+        env=auth.server_env(cluster, "ORBITMQ_PROXY_"),
     )

@@ -4,6 +4,6 @@ Importing this package registers every handler with kopf's default registry; run
 ``orbitmq-operator`` (or ``kopf run -m orbitmq_operator.handlers``).
 """
 
-from orbitmq_operator.handlers import clusters, failover, resources, startup
+from orbitmq_operator.handlers import clusters, failover, resources, startup, users
 
-__all__ = ["clusters", "failover", "resources", "startup"]
+__all__ = ["clusters", "failover", "resources", "startup", "users"]

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from orbitmq.client.admin import Admin
 from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.tls import ClientTls, open_channel
+from orbitmq_operator.reconcile.secrets import operator_credentials
 from orbitmq_operator.spec import ClusterSpec
 
 
@@ -53,7 +54,8 @@ PLAINTEXT = Access()
 async def cluster_access(api: AsyncClient, namespace: str, cluster: str, spec: ClusterSpec) -> Access:
     """The access to ``cluster`` its spec asks for (TLS from ``spec.security.tls``, credentials
     of the operator's super user with ``spec.security.authentication``)."""
-    return PLAINTEXT
+    credentials = await operator_credentials(api, namespace, cluster, spec)
+    return PLAINTEXT if credentials is None else Access(credentials=credentials)
 
 
 async def access_of(api: AsyncClient, body: Mapping[str, Any]) -> Access:

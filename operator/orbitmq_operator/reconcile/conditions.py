@@ -34,6 +34,9 @@ class Reason(StrEnum):
     WOULD_HIDE_MESSAGES = "WouldHideMessages"
     REFUSED = "Refused"
     APPLIED = "Applied"
+    AUTHENTICATION_DISABLED = "AuthenticationDisabled"
+    SECRET_NOT_FOUND = "SecretNotFound"
+    INVALID_SECRET = "InvalidSecret"
 
 
 @dataclass(frozen=True)

@@ -230,8 +230,13 @@ def test_names_columns_and_subresources() -> None:
     ]
     for kind in KINDS[1:]:
         assert "scale" not in crd(kind)["spec"]["versions"][0]["subresources"]
-    assert {kind.plural for kind in KINDS} == {"orbitmqclusters", "orbitmqtopics", "orbitmqconsumergroups"}
-    assert {"omqtopic", "omqgroup"} <= {name for kind in KINDS for name in kind.short_names}
+    assert {kind.plural for kind in KINDS} == {
+        "orbitmqclusters",
+        "orbitmqtopics",
+        "orbitmqconsumergroups",
+        "orbitmqusers",
+    }
+    assert {"omqtopic", "omqgroup", "omquser"} <= {name for kind in KINDS for name in kind.short_names}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.kind)
