@@ -17,13 +17,16 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import grpc
+
 from orbitmq.client.blocking import Blocking
 from orbitmq.client.message import Message, SendResult, SendStatus
 from orbitmq.client.producer import Producer, sharding_queue
 from orbitmq.client.pull_consumer import PullConsumer, PullStatus
 from orbitmq.client.queue import MessageQueue
 from orbitmq.common.errors import OrbitError
-from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.common.tls import TlsError
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.v1.broker_pb2 import ErrorReason
 from orbitmq_spark.offsets import DataLossError, QueueBounds, QueueRange, describe, skip_lost
@@ -38,10 +41,16 @@ LOOKUP_TIMEOUT_S = 60
 
 def _explain(error: Exception, namesrv: str) -> Exception:
     """Cluster failures at planning time as option errors: which option, which rule."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        error = failure_of(error) or error
     if isinstance(error, RpcFailure) and error.reason == ErrorReason.TOPIC_NOT_EXIST:
         return OptionError("topic", f"{error.message} on the name servers {namesrv} (the topic must exist)")
     if isinstance(error, RpcFailure) and error.reason == ErrorReason.SERVICE_NOT_AVAILABLE:
         return OptionError("namesrv", f"{error.message} (the name servers must answer)")
+    if isinstance(error, TlsError):
+        return OptionError("tls.ca", f"{error.message} (options tls.ca, tls.cert, tls.key)")
+    if isinstance(error, RpcFailure) and error.reason == ErrorReason.NO_PERMISSION:
+        return OptionError("accessKey", f"{error.message} (options accessKey and secretKey)")
     return error
 
 
@@ -51,7 +60,12 @@ class ClusterView:
     def __init__(self, options: ReadOptions) -> None:
         self._options = options
         self._client: Blocking[PullConsumer] = Blocking(
-            lambda: PullConsumer(options.pull_group, options.namesrv)
+            lambda: PullConsumer(
+                options.pull_group,
+                options.namesrv,
+                tls=options.access.tls,
+                credentials=options.access.credentials,
+            )
         )
 
     def close(self) -> None:
@@ -60,7 +74,7 @@ class ClusterView:
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         try:
             return self._client.run(coroutine, timeout=LOOKUP_TIMEOUT_S)
-        except (OrbitError, ValueError) as error:
+        except (OrbitError, ValueError, grpc.aio.AioRpcError) as error:
             raise _explain(error, self._options.namesrv) from None
 
     def queues(self, *, refresh: bool = False) -> list[MessageQueue]:
@@ -135,7 +149,14 @@ def read_range(options: ReadOptions, piece: QueueRange, *, raw: bool = False) ->
     read goes on from the true next offset, so every slot is read once and in order."""
     mq = MessageQueue(piece.topic, piece.broker, piece.queue_id)
     key = piece.key
-    with _opened(lambda: PullConsumer(options.pull_group, options.namesrv)) as client:
+    with _opened(
+        lambda: PullConsumer(
+            options.pull_group,
+            options.namesrv,
+            tls=options.access.tls,
+            credentials=options.access.credentials,
+        )
+    ) as client:
         consumer = client.client
 
         async def pull(at: int, count: int) -> Any:
@@ -226,7 +247,12 @@ class BatchSender:
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
         self._session: _Session[Producer] = _Session(
-            lambda: Producer(options.producer_group, options.namesrv)
+            lambda: Producer(
+                options.producer_group,
+                options.namesrv,
+                tls=options.access.tls,
+                credentials=options.access.credentials,
+            )
         )
         self._queues = self._session.run(self._session.client.write_queues(options.topic))
         self._buffers: dict[int | None, list[Message]] = {}
@@ -276,7 +302,7 @@ def check_topic_exists(options: WriteOptions) -> None:
     from orbitmq.client.routes import fetch_read_route
 
     async def look() -> None:
-        channels = Channels(options.namesrv)
+        channels = Channels(options.namesrv, tls=options.access.tls, credentials=options.access.credentials)
         try:
             route = await fetch_read_route(channels, options.topic)
         finally:
@@ -286,5 +312,5 @@ def check_topic_exists(options: WriteOptions) -> None:
 
     try:
         asyncio.run(look())
-    except (OrbitError, ValueError) as error:
+    except (OrbitError, ValueError, grpc.aio.AioRpcError) as error:
         raise _explain(error, options.namesrv) from None

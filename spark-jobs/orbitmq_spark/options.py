@@ -1,4 +1,5 @@
-"""The data source's options, parsed and checked once on the driver (pure: no I/O, no Spark).
+"""The data source's options, parsed and checked once on the driver (no Spark; the only I/O is
+reading the TLS files named, so a missing or mismatched one fails before any task starts).
 
 Spark hands a Python data source its options as a case-insensitive dict of strings. Everything
 a task needs is parsed here into frozen dataclasses that pickle to the executors, so a typo or
@@ -12,6 +13,12 @@ Per-queue offsets, in options and in the streaming checkpoint alike, are JSON of
 then the queue offset of the next message to read. In options ``-2`` means the queue's earliest
 offset and ``-1`` its latest (Kafka's convention); queues left out of the JSON take the
 option's default (``earliest`` for a start, ``latest`` for an end).
+
+Security, for reads and writes alike: ``tls.ca``, ``tls.cert``, ``tls.key``, ``tls.serverName``
+(PEM paths readable on the driver and every executor, as a mounted Secret is) and ``accessKey``
+/ ``secretKey`` (Spark's default ``spark.redaction.regex`` hides both in plans and the UI).
+Options left out fall back to what the client library reads on each executor
+(``ORBITMQ_TLS_*``, ``ORBITMQ_ACCESS_KEY``/``ORBITMQ_SECRET_KEY``).
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from orbitmq.common.credentials import Credentials, CredentialsError, credentials_of
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.namesrv_list import NAMESRV_ENV, NamesrvListError, parse_namesrv_list
+from orbitmq.common.tls import ClientTls, TlsConfigError, client_tls
 
 EARLIEST = -2
 LATEST = -1
@@ -73,6 +82,15 @@ class OffsetSpec:
 
 
 @dataclass(frozen=True)
+class Access:
+    """How the clients of a read or write reach the cluster; None fields: the client library's
+    environment (``ORBITMQ_TLS_*``, ``ORBITMQ_ACCESS_KEY``) on the process that connects."""
+
+    tls: ClientTls | None = None
+    credentials: Credentials | None = None
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     namesrv: str
     topics: tuple[str, ...]
@@ -86,6 +104,7 @@ class ReadOptions:
     min_partitions: int | None = None
     pull_batch_size: int = MAX_PULL_BATCH
     """Messages asked for per pull: the broker's cap, which it lowers by bytes itself."""
+    access: Access = field(default_factory=Access)
 
     @property
     def pull_group(self) -> str:
@@ -99,9 +118,19 @@ class WriteOptions:
     producer_group: str = DEFAULT_PRODUCER_GROUP
     batch_size: int = 128
     batch_bytes: int = 1024 * 1024
+    access: Access = field(default_factory=Access)
 
 
-READ_OPTIONS = frozenset(
+ACCESS_OPTIONS = frozenset({"tls.ca", "tls.cert", "tls.key", "tls.servername", "accesskey", "secretkey"})
+_TLS_OPTIONS = {
+    "tls_ca": "tls.ca",
+    "tls_cert": "tls.cert",
+    "tls_key": "tls.key",
+    "tls_server_name": "tls.serverName",
+}
+"""ClientTls fields by the option that sets each (an error names the option)."""
+
+READ_OPTIONS = ACCESS_OPTIONS | frozenset(
     {
         "namesrv",
         "topic",
@@ -116,7 +145,7 @@ READ_OPTIONS = frozenset(
         "pullbatchsize",
     }
 )
-WRITE_OPTIONS = frozenset({"namesrv", "topic", "producergroup", "batchsize", "batchbytes"})
+WRITE_OPTIONS = ACCESS_OPTIONS | frozenset({"namesrv", "topic", "producergroup", "batchsize", "batchbytes"})
 _SPELLING = {
     "startingoffsets": "startingOffsets",
     "endingoffsets": "endingOffsets",
@@ -127,6 +156,9 @@ _SPELLING = {
     "producergroup": "producerGroup",
     "batchsize": "batchSize",
     "batchbytes": "batchBytes",
+    "tls.servername": "tls.serverName",
+    "accesskey": "accessKey",
+    "secretkey": "secretKey",
 }
 
 
@@ -152,6 +184,29 @@ def _namesrv(options: Mapping[str, str]) -> str:
         return ";".join(parse_namesrv_list(value))
     except NamesrvListError as error:
         raise OptionError("namesrv", str(error)) from None
+
+
+def _access(options: Mapping[str, str]) -> Access:
+    """The TLS and credential options, checked: readable PEM files of the right kind, a key
+    that matches its certificate, both keys of a pair or neither."""
+    given = {
+        field: options[name.lower()] for field, name in _TLS_OPTIONS.items() if options.get(name.lower())
+    }
+    tls = None
+    if given:
+        try:
+            tls = client_tls(given, _TLS_OPTIONS)
+        except TlsConfigError as error:
+            first = next(iter(_TLS_OPTIONS.values()))
+            named = next((n for n in _TLS_OPTIONS.values() if f"{n}:" in str(error)), first)
+            raise OptionError(named, str(error).removeprefix("invalid TLS settings: ")) from None
+    try:
+        credentials = credentials_of(
+            options.get("accesskey"), options.get("secretkey"), "accessKey", "secretKey"
+        )
+    except CredentialsError as error:
+        raise OptionError("secretKey" if options.get("accesskey") else "accessKey", str(error)) from None
+    return Access(tls, credentials)
 
 
 def _topics(value: str | None, *, single: bool) -> tuple[str, ...]:
@@ -336,6 +391,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         min_partitions=_positive_int(opts, "minpartitions", None),
         pull_batch_size=_positive_int(opts, "pullbatchsize", MAX_PULL_BATCH, MAX_PULL_BATCH)
         or MAX_PULL_BATCH,
+        access=_access(opts),
     )
 
 
@@ -408,4 +464,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         producer_group=group,
         batch_size=_positive_int(opts, "batchsize", 128, MAX_PULL_BATCH) or 128,
         batch_bytes=_positive_int(opts, "batchbytes", 1024 * 1024, 32 * 1024 * 1024) or 1024 * 1024,
+        access=_access(opts),
     )
