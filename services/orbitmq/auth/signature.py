@@ -27,7 +27,8 @@ with ``<hex>`` = hex(HMAC-SHA1(secret, x-mq-date-time)), as RocketMQ 5.3's
 
 * hex case: Python and Go send lower case, Java (``Hex.encodeHexString(.., false)``) upper case;
 * ``Credential`` may carry ``/region/service`` after the access key (older Java, Go, C++): the
-  access key is what precedes the first ``/``;
+  access key is what precedes the first ``/``; the Python client without credentials signs
+  with ``Credential=`` empty, which is answered as no credentials at all (``MISSING``);
 * ``x-mq-date-time`` is ``yyyyMMdd'T'HHmmss'Z'``, but the Java and Python clients format their
   *local* time with a literal ``Z`` (``SimpleDateFormat`` / ``datetime.now()``), and the Rust
   client sends RFC 3339. RocketMQ itself does not check the time. Here a window is checked when
@@ -57,9 +58,11 @@ MQ_AUTHORIZATION_HEADER = "authorization"
 MQ_DATE_TIME_HEADER = "x-mq-date-time"
 MQV2_ALGORITHM = "MQv2-HMAC-SHA1"
 MQV2_DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
-MQV2_DEFAULT_WINDOW_MS = (14 * 60 + 5) * 60 * 1000
-"""Official clients stamp local time as if it were UTC (see the module docstring): the widest
-UTC offset (+14 h) plus :data:`DEFAULT_WINDOW_MS` of skew."""
+MQV2_ZONE_SLACK_MS = 14 * 60 * 60 * 1000
+"""Official clients stamp local time as if it were UTC (see the module docstring): a window must
+allow the widest UTC offset (+14 h, -12 h) on top of the clock skew it accepts."""
+MQV2_DEFAULT_WINDOW_MS = MQV2_ZONE_SLACK_MS + DEFAULT_WINDOW_MS
+"""The zone slack plus :data:`DEFAULT_WINDOW_MS` of skew."""
 
 _DUMMY_SECRET = b"orbitmq: no such access key"
 """Signs when the access key is unknown, so an unknown key costs what a known one does."""
@@ -228,6 +231,11 @@ def _parse_authorization(authorization: str) -> tuple[str, str | None, bytes]:
             raise SignatureError(_F.MALFORMED, message)
         fields[name] = value.strip()
     access_key = fields.get("Credential", "").split("/", 1)[0]
+    if not access_key and fields.get("Credential") == "":
+        # The Python client without credentials still signs, with ``Credential=`` empty.
+        raise SignatureError(
+            _F.MISSING, f"{MQ_AUTHORIZATION_HEADER} has an empty Credential (an anonymous client)"
+        )
     if not access_key:
         raise SignatureError(_F.MALFORMED, f"{MQ_AUTHORIZATION_HEADER}: no Credential (access key)")
     try:

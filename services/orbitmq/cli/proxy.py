@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import server_tls_options, settings_or_exit
+from orbitmq.cli.common import server_auth_options, server_tls_options, settings_or_exit
 from orbitmq.cli.serve import serve
 from orbitmq.proxy.settings import ENV_PREFIX, ProxySettings
 
@@ -29,10 +29,18 @@ SETTINGS_EXIT_CODE = 2
 )
 @click.option("--advertise", help="host:port put into routes when a client names no access point.")
 @server_tls_options
+@server_auth_options
+@click.option(
+    "--auth-users-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --auth-enabled: the clients' users and ACLs (YAML/JSON, ACL 2.0) besides the super user.",
+)
 def proxy(config_file: Path | None, **flags: object) -> None:
     """Run a proxy: the official Apache RocketMQ 5 clients connect here (their endpoint).
 
     Settings come from --config, then ORBITMQ_PROXY_<FIELD> environment variables, then flags.
+    With --auth-enabled the clients sign with their session credentials; the proxy signs its own
+    calls to the cluster as ORBITMQ_PROXY_ACCESS_KEY (or ORBITMQ_ACCESS_KEY, or its super user).
     """
     from orbitmq.common.loop import run_on_fast_loop
     from orbitmq.proxy.server import run

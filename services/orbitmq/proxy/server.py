@@ -12,15 +12,19 @@ import logging
 import signal
 import sys
 
+from orbitmq.auth import audit
+from orbitmq.auth.tables import AuthTables
 from orbitmq.client.channels import Channels
 from orbitmq.client.producer import Producer
+from orbitmq.common.guard import fixed, load_users_file, with_bootstrap
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.tasks import TaskSet
+from orbitmq.proxy.auth import ProxyGuard
 from orbitmq.proxy.clients import ClientRegistry
 from orbitmq.proxy.metrics import ProxyMetrics
 from orbitmq.proxy.reflection import reflection_pool
 from orbitmq.proxy.servicer import MessagingService
-from orbitmq.proxy.settings import ProxySettings
+from orbitmq.proxy.settings import ProxySettings, cluster_credentials
 from orbitmq.proxy.transactions import Transactions
 from orbitmq.rocketmq_v2 import service_pb2, service_pb2_grpc
 
@@ -53,7 +57,8 @@ class Proxy:
             reflection_pool=reflection_pool(),
             tls=settings,
         )
-        self.channels = Channels(settings.namesrv)
+        self.guard = proxy_guard(settings)
+        self.channels = Channels(settings.namesrv, credentials=cluster_credentials(settings))
         self.clients = ClientRegistry()
         self.producer = Producer(
             PRODUCER_GROUP,
@@ -61,8 +66,11 @@ class Proxy:
             send_timeout_ms=settings.send_timeout_ms,
             default_topic_queue_nums=settings.default_topic_queue_nums,
             auto_batch_in_flight=SEND_CALLS_IN_FLIGHT,
+            credentials=self.channels.credentials,
         )
         self.metrics = ProxyMetrics(self.grpc.registry, self.clients)
+        if self.guard is not None:
+            audit.register_metrics(self.grpc.registry)
         self.transactions = Transactions(settings, self.channels, self.clients, self.metrics.checks_forwarded)
         self._tasks = TaskSet("proxy")
         self._started = False
@@ -87,6 +95,7 @@ class Proxy:
             self.clients,
             self.settings.advertise or self.address,
             self.metrics,
+            self.guard,
         )
         self.grpc.add_service(
             SERVICE_NAME, lambda s: service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, s)
@@ -118,6 +127,16 @@ class Proxy:
         await self.transactions.close()
         await self.producer.close()
         await self.channels.close()
+
+
+def proxy_guard(settings: ProxySettings) -> ProxyGuard | None:
+    """The guard of the v2 calls (None with auth off): the bootstrap super user and the users of
+    ``auth_users_file``; a bad file raises :class:`~orbitmq.common.guard.AuthUsersError`."""
+    if not settings.auth_enabled:
+        return None
+    tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
+    provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
+    return ProxyGuard(provider, window_ms=settings.auth_window_ms)
 
 
 async def run(settings: ProxySettings) -> None:

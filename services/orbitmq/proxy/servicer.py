@@ -29,6 +29,7 @@ from orbitmq.client.producer import Producer
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.topics import parse_delay_levels
 from orbitmq.proxy import codes, convert, routes
+from orbitmq.proxy.auth import ProxyCaller, ProxyGuard, settings_needs
 from orbitmq.proxy.clients import CLIENT_ID_HEADER, ClientRegistry, peer_host
 from orbitmq.proxy.consumers import Consumers
 from orbitmq.proxy.convert import Refused
@@ -64,13 +65,18 @@ def answers(
     response: Callable[..., R],
 ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
     """Turn any failure of a unary RPC into ``response(status=...)`` (see the module docstring),
-    and count and time every answer by its code."""
+    check the caller first when auth is on (a refusal is such a failure), and count and time
+    every answer by its code."""
 
     def decorate(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        rpc = handler.__name__
+
         @functools.wraps(handler)
         async def run(self: MessagingService, request: Any, context: grpc.aio.ServicerContext) -> R:
             started = time.perf_counter()
             try:
+                if self.guard is not None:
+                    self.guard.check(rpc, request, context)
                 reply = await handler(self, request, context)
             except Exception as error:  # each is answered with a status; bugs are logged
                 reply = response(status=_failure_status(handler.__name__, error))
@@ -114,7 +120,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         clients: ClientRegistry,
         advertised: str,
         metrics: ProxyMetrics,
+        guard: ProxyGuard | None = None,
     ) -> None:
+        """``guard``: authenticates and authorizes every call (None: auth off)."""
+        self.guard = guard
         self._settings = settings
         self._producer = producer
         self._channels = channels
@@ -184,20 +193,31 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self, requests: AsyncIterator[pb.TelemetryCommand], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.TelemetryCommand]:
         """Answer each settings command with the server's settings; push commands (check-backs)
-        queued for this client; stay open until the client closes the stream."""
+        queued for this client; stay open until the client closes the stream.
+
+        With auth on, the stream's credentials are checked when it opens (a refusal is its one
+        frame) and each settings command's topics and group before it is answered (a refusal
+        answers that command; the client's later calls are refused the same way)."""
         client_id = _header(context, CLIENT_ID_HEADER)
         if not client_id:
             yield pb.TelemetryCommand(
                 status=codes.status(v2.CLIENT_ID_REQUIRED, f"telemetry needs {CLIENT_ID_HEADER}")
             )
             return
+        caller: ProxyCaller | None = None
+        if self.guard is not None:
+            try:
+                caller = self.guard.authenticate("Telemetry", context)
+            except Refused as refused:
+                yield pb.TelemetryCommand(status=codes.status(refused.code, refused.message))
+                return
         stream = self._clients.open_stream(client_id, peer_host(context.peer() or "") or "")
         namespace = _header(context, NAMESPACE_HEADER)
 
         async def read() -> None:
             async for command in requests:
                 if command.HasField("settings"):
-                    stream.push(await self._settings_reply(client_id, namespace, command.settings))
+                    stream.push(await self._settings_answer(caller, client_id, namespace, command.settings))
 
         reader = asyncio.get_running_loop().create_task(read(), name=f"telemetry-read:{client_id}")
         try:
@@ -213,6 +233,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         finally:
             reader.cancel()
             self._clients.close_stream(stream)
+
+    async def _settings_answer(
+        self, caller: ProxyCaller | None, client_id: str, namespace: str, settings: v2.Settings
+    ) -> pb.TelemetryCommand:
+        """The settings reply, or the refusal of what the settings name (auth on)."""
+        if caller is not None and self.guard is not None:
+            try:
+                self.guard.authorize(caller, settings_needs(settings))
+            except Refused as refused:
+                return pb.TelemetryCommand(status=codes.status(refused.code, refused.message))
+        return await self._settings_reply(client_id, namespace, settings)
 
     async def _settings_reply(
         self, client_id: str, namespace: str, settings: v2.Settings
@@ -374,6 +405,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         (the official clients require it) and one frame per message."""
         started = time.perf_counter()
         try:
+            if self.guard is not None:
+                self.guard.check("ReceiveMessage", request, context)
             frames = await self.consumers.receive(
                 request, context.time_remaining(), _header(context, CLIENT_ID_HEADER)
             )
@@ -413,6 +446,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """Server stream: a status frame, the messages, then ``next_offset``."""
         started = time.perf_counter()
         try:
+            if self.guard is not None:
+                self.guard.check("PullMessage", request, context)
             frames = await self._offsets.pull(request, context.time_remaining())
         except Exception as error:  # answered with a status frame, as unary RPCs are
             frames = [pb.PullMessageResponse(status=_failure_status("PullMessage", error))]

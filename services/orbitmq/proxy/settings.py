@@ -6,8 +6,12 @@ Sources, later winning field by field: a YAML/JSON file (``--config``), environm
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, field_validator
+from pathlib import Path
 
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from orbitmq.common.credentials import Credentials, credentials_of, own_credentials
+from orbitmq.common.guard import ServerAuth
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
 from orbitmq.common.tls import ServerTls
@@ -17,13 +21,29 @@ ENV_PREFIX = "ORBITMQ_PROXY_"
 MIB = 1024 * 1024
 
 
-class ProxySettings(ServerTls):
+class ProxySettings(ServerTls, ServerAuth):
     """TLS toward the RocketMQ 5 clients (``tls_cert``, ``tls_key``, ``tls_ca``,
     ``tls_require_client_cert``) comes from :class:`~orbitmq.common.tls.ServerTls`: off unless a
     certificate is given. The proxy reaches the cluster as any orbitmq client does, over TLS
-    when ``ORBITMQ_TLS_*`` says so (the clients' certificate and the cluster's may differ)."""
+    when ``ORBITMQ_TLS_*`` says so (the clients' certificate and the cluster's may differ).
+
+    Auth toward the clients (``auth_enabled``, the bootstrap super user, ``auth_window_ms``)
+    comes from :class:`~orbitmq.common.guard.ServerAuth`: with it on, every v2 call must carry
+    the client's session credentials (RocketMQ 5's ``MQv2-HMAC-SHA1`` signature) and is decided
+    against the users and ACLs of ``auth_users_file``. Toward the cluster the proxy signs as
+    itself: :func:`cluster_credentials`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    auth_users_file: Path | None = None
+    """YAML/JSON ``{"users": [...], "acls": [...]}`` (ACL 2.0 documents) of the clients' users,
+    checked with auth on besides the bootstrap super user."""
+    access_key: str | None = None
+    """The user the proxy signs its own calls to name servers and brokers as (a super user, or
+    one granted ``Pub``/``Sub`` on what its clients use and ``Get`` on ``Cluster``); unset:
+    ``ORBITMQ_ACCESS_KEY``, then the bootstrap super user."""
+    secret_key: str | None = Field(default=None, repr=False)
+    """``access_key``'s secret (prefer ``ORBITMQ_PROXY_SECRET_KEY`` to a config file)."""
 
     listen: str = "0.0.0.0:8081"
     """gRPC address of ``apache.rocketmq.v2.MessagingService`` (RocketMQ 5 proxy's gRPC port)."""
@@ -81,3 +101,19 @@ class ProxySettings(ServerTls):
     def _check_delay_levels(cls, value: str) -> str:
         parse_delay_levels(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_access_key(self) -> ProxySettings:
+        credentials_of(self.access_key, self.secret_key, "access_key", "secret_key")
+        return self
+
+
+def cluster_credentials(settings: ProxySettings) -> Credentials | None:
+    """What the proxy signs its calls to the cluster with: ``access_key``/``secret_key``, else
+    ``ORBITMQ_ACCESS_KEY``/``ORBITMQ_SECRET_KEY``, else its bootstrap super user (the cluster's
+    servers share theirs, as ``orbitmq local up --auth`` sets it); None signs nothing."""
+    return (
+        credentials_of(settings.access_key, settings.secret_key, "access_key", "secret_key")
+        or Credentials.from_env()
+        or own_credentials(settings)
+    )

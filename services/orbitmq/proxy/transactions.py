@@ -174,6 +174,7 @@ class Transactions:
                         self._channels.namesrv_addrs,
                         send_timeout_ms=self._settings.send_timeout_ms,
                         default_topic_queue_nums=self._settings.default_topic_queue_nums,
+                        credentials=self._channels.credentials,
                     )
                     await producer.start()
                     self._producers[topic] = producer

@@ -162,10 +162,15 @@ class Checker(TransactionChecker):
 
 @contextlib.asynccontextmanager
 async def official_producer(
-    endpoint: str, topics: list[str], checker: TransactionChecker | None = None, namespace: str = ""
+    endpoint: str,
+    topics: list[str],
+    checker: TransactionChecker | None = None,
+    namespace: str = "",
+    credentials: Credentials | None = None,
 ) -> AsyncIterator[Producer]:
-    """The official client's producer, started (QueryRoute, Telemetry) and shut down in a thread."""
-    config = ClientConfiguration(endpoint, Credentials(), namespace)
+    """The official client's producer, started (QueryRoute, Telemetry) and shut down in a thread;
+    ``credentials``: its session credentials (none by default)."""
+    config = ClientConfiguration(endpoint, credentials or Credentials(), namespace)
     producer = Producer(config, topics, checker)
     await asyncio.to_thread(producer.startup)
     try:
@@ -176,11 +181,16 @@ async def official_producer(
 
 @contextlib.asynccontextmanager
 async def official_simple_consumer(
-    endpoint: str, group: str, topics: list[str], await_s: int = 2, tag: str = "*"
+    endpoint: str,
+    group: str,
+    topics: list[str],
+    await_s: int = 2,
+    tag: str = "*",
+    credentials: Credentials | None = None,
 ) -> AsyncIterator[SimpleConsumer]:
     """The official client's SimpleConsumer subscribed to ``topics``, started and shut down in a
-    thread; ``await_s`` is its long-polling time per receive."""
-    config = ClientConfiguration(endpoint, Credentials())
+    thread; ``await_s`` is its long-polling time per receive; ``credentials`` as the producer's."""
+    config = ClientConfiguration(endpoint, credentials or Credentials())
     consumer = SimpleConsumer(
         config, group, {t: FilterExpression(tag) for t in topics}, await_duration=await_s
     )

@@ -1,0 +1,191 @@
+"""``orbitmq proxy`` with auth on, in front of a broker with auth on, and the official Python client
+with session credentials: the right secret produces and consumes; a wrong secret, no credentials
+or a stale signature is refused with the protocol's UNAUTHORIZED; a user without ``Sub`` on a
+topic is refused FORBIDDEN; every refusal is one audit line (with the client's request id) and
+one count on the proxy's /metrics. The proxy itself reaches the broker signing as its own user."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from v2kit import Credentials, V2Cluster, message, official_producer, official_simple_consumer, v2_cluster
+
+from orbitmq.auth.model import Acl, User
+from orbitmq.auth.signature import mqv2_date_time, sign_mqv2
+from orbitmq.auth.tables import AuthTables
+from orbitmq.proxy.settings import ProxySettings
+from orbitmq.rocketmq_v2 import definition_pb2 as v2
+from orbitmq.rocketmq_v2 import service_pb2 as pb
+from orbitmq.rocketmq_v2 import service_pb2_grpc
+
+pytestmark = pytest.mark.timeout(120)
+
+SUPER, SUPER_SECRET = "root", "root-secret"
+APP, APP_SECRET = "orders-app", "app-secret"
+READER, READER_SECRET = "reader", "reader-secret"
+AUTH = {"auth_enabled": True, "auth_super_user": SUPER, "auth_super_secret": SUPER_SECRET}
+TOPIC, GROUP, READER_GROUP = "SecureOrders", "app-group", "reader-group"
+
+
+def _acl(user: str, *entries: tuple[str, list[str]]) -> Acl:
+    return Acl.model_validate(
+        {
+            "subject": f"User:{user}",
+            "policies": [
+                {
+                    "policyType": "Custom",
+                    "entries": [
+                        {"resource": resource, "actions": actions, "decision": "Allow"}
+                        for resource, actions in entries
+                    ],
+                }
+            ],
+        }
+    )
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[V2Cluster]:
+    for name in ("ORBITMQ_ACCESS_KEY", "ORBITMQ_SECRET_KEY"):
+        monkeypatch.delenv(name, raising=False)  # the proxy signs as its super user, not as these
+    tables = AuthTables(
+        version=1,
+        users=(User(username=APP, password=APP_SECRET), User(username=READER, password=READER_SECRET)),
+        acls=(
+            _acl(APP, (f"Topic:{TOPIC}", ["Pub", "Sub"]), (f"Group:{GROUP}", ["Sub"])),
+            # routes of the topic (Get), its own group, but no Sub on the topic
+            _acl(READER, (f"Topic:{TOPIC}", ["Get"]), (f"Group:{READER_GROUP}", ["Sub"])),
+        ),
+    )
+    users_file = tmp_path / "proxy-users.json"
+    users_file.write_text(tables.model_dump_json(by_alias=True, include={"users", "acls"}))
+    # The broker knows only the super user: the proxy signs its own calls as it.
+    async with v2_cluster(tmp_path, {**AUTH, "auth_users_file": users_file}, **AUTH) as running:
+        yield running
+
+
+class ClientLog(logging.Handler):
+    """What the official client logs (its own logger, which does not propagate): how it
+    reports a refused route query before raising a generic "failed to fetch route"."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def client_log() -> Iterator[ClientLog]:
+    handler = ClientLog()
+    logger = logging.getLogger("rocketmq-python-client")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+async def test_right_secret_produces_and_consumes(cluster: V2Cluster) -> None:
+    app = Credentials(APP, APP_SECRET)
+    async with official_producer(cluster.endpoint, [TOPIC], credentials=app) as producer:
+        receipt = await asyncio.to_thread(producer.send, message(TOPIC, b"signed"))
+    assert receipt.message_id
+    async with official_simple_consumer(cluster.endpoint, GROUP, [TOPIC], credentials=app) as consumer:
+        got: list[Any] = []
+        for _ in range(10):
+            got = await asyncio.to_thread(consumer.receive, 16, 15)
+            if got:
+                break
+        assert [m.body for m in got] == [b"signed"]
+        await asyncio.to_thread(consumer.ack, got[0])
+    assert await cluster.metric("orbitmq_proxy_requests_total", rpc="AckMessage", code="OK") == 1
+    assert await cluster.metric("orbitmq_proxy_requests_total", rpc="SendMessage", code="UNAUTHORIZED") == 0
+
+
+@pytest.mark.parametrize(
+    ("credentials", "cause"),
+    [
+        (Credentials(APP, "not-the-secret"), "signature of 'orders-app' does not match"),
+        (Credentials("nobody", "whatever"), "unknown access key 'nobody'"),
+        (None, "an anonymous client"),
+    ],
+    ids=["wrong-secret", "unknown-user", "no-credentials"],
+)
+async def test_bad_credentials_are_unauthorized_in_the_client(
+    cluster: V2Cluster, client_log: ClientLog, credentials: Credentials | None, cause: str
+) -> None:
+    async with official_producer(cluster.endpoint, [TOPIC], credentials=credentials) as producer:
+        with pytest.raises(Exception, match=f"failed to fetch topic:{TOPIC} route"):
+            await asyncio.to_thread(producer.send, message(TOPIC, b"never"))
+    refusals = [line for line in client_log.lines if "40100" in line]
+    assert refusals, client_log.lines
+    assert "authentication failed" in refusals[0] and cause in refusals[0], refusals[0]
+    assert await cluster.metric("orbitmq_proxy_requests_total", rpc="QueryRoute", code="UNAUTHORIZED") >= 1
+    assert await cluster.metric("orbitmq_proxy_requests_total", rpc="QueryRoute", code="OK") == 0
+
+
+async def test_user_without_sub_on_the_topic_is_forbidden(
+    cluster: V2Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rocketmq.v5.exception import ForbiddenException
+
+    reader = Credentials(READER, READER_SECRET)
+    async with official_simple_consumer(
+        cluster.endpoint, READER_GROUP, [TOPIC], credentials=reader
+    ) as consumer:
+        with pytest.raises(ForbiddenException) as raised:
+            await asyncio.to_thread(consumer.receive, 16, 15)
+    assert f"reader may not Sub on Topic:{TOPIC} (ReceiveMessage)" in str(raised.value)
+    assert await cluster.metric("orbitmq_proxy_requests_total", rpc="ReceiveMessage", code="FORBIDDEN") == 1
+    assert (
+        await cluster.metric(
+            "orbitmq_auth_decisions_total", decision="denied", action="Sub", resource_type="Topic"
+        )
+        >= 1
+    )
+    denials = [json.loads(r.getMessage()) for r in caplog.records if r.name == "orbitmq.audit"]
+    received = [d for d in denials if d["rpc"] == "ReceiveMessage"]
+    assert received and received[0]["who"] == READER and received[0]["resource"] == f"Topic:{TOPIC}"
+    assert received[0]["request_id"]  # the official client's x-mq-request-id
+    assert "reader-secret" not in caplog.text
+
+
+async def _route(cluster: V2Cluster, metadata: list[tuple[str, str]]) -> v2.Status:
+    async with grpc.aio.insecure_channel(cluster.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        request = pb.QueryRouteRequest(topic=v2.Resource(name=TOPIC))
+        reply = await stub.QueryRoute(request, metadata=[("x-mq-client-id", "raw@1"), *metadata], timeout=10)
+    return reply.status
+
+
+async def test_a_replayed_signature_is_refused_and_audited_with_its_request_id(
+    cluster: V2Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    now_ms = int(time.time() * 1000)
+    fresh = sign_mqv2(APP, APP_SECRET, mqv2_date_time(now_ms))
+    assert (await _route(cluster, fresh)).code == v2.OK
+
+    two_days_ago = sign_mqv2(APP, APP_SECRET, mqv2_date_time(now_ms - 2 * 86_400_000))
+    status = await _route(cluster, [*two_days_ago, ("x-mq-request-id", "replay-1")])
+    assert status.code == v2.UNAUTHORIZED
+    assert "from the server's clock" in status.message, status.message
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "orbitmq.audit"]
+    assert [(x["kind"], x["who"], x["reason"]) for x in lines if x["request_id"] == "replay-1"] == [
+        ("authentication_failed", APP, "stale")
+    ]
+    assert "app-secret" not in caplog.text
+
+
+def test_a_half_given_cluster_credential_is_refused_naming_both() -> None:
+    with pytest.raises(ValueError, match="access_key is set without secret_key"):
+        ProxySettings(access_key="proxy-user")
