@@ -40,7 +40,7 @@ from orbitmq.broker.auth_store import (
     user_updated,
     users_matching,
 )
-from orbitmq.common.guard import current_user
+from orbitmq.common.guard import current_user, request_id_of
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.v1 import broker_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
@@ -88,7 +88,7 @@ class AuthAdminServicer:
         self, context: grpc.aio.ServicerContext, kind: str, rpc: str, action: str, decision: str, reason: str
     ) -> None:
         caller = current_user()  # verified by the guard before the handler runs
-        request_id = next((str(v) for k, v in context.invocation_metadata() or () if k == "x-request-id"), "")
+        request_id = request_id_of(context)
         audit.record(
             audit.AuditEvent(
                 kind=kind,  # type: ignore[arg-type]

@@ -3,23 +3,28 @@
 ``<store root>/config/auth.json`` holds the broker's :class:`~orbitmq.auth.tables.AuthTables`
 (its policy version, RocketMQ 5.3's user and ACL documents, secrets included as RocketMQ
 stores them), written like the topic table (:class:`~orbitmq.store.config_store.JsonConfigStore`:
-temporary file, fsync, rename, ``.bak``) and readable by its owner only::
+temporary file, fsync, rename, ``.bak``) and readable by its owner only: the temporary file is
+created with mode 0600 (:class:`PrivateJsonFile`), so no moment exists in which another user of
+the machine could open it, as a ``chmod`` after writing would leave::
 
-    {"version": 7,
+    {"version": 7, "changed_ms": 1764160000000,
      "users": [{"username": "app", "password": "...", "userType": "Normal", "userStatus": "enable"}],
      "acls": [{"subject": "User:app", "policies": [{"policyType": "Custom", "entries": [...]}]}]}
 
 Changes are rare and requests read the tables constantly, so a change builds new tables (checked
 whole: a username once, an ACL for a user only, no overlapping rules), writes them, and only then
 replaces the ones requests see: an answered change is on disk, a refused or failed one left
-nothing behind. Each change moves the version, which is what decision caches compare.
+nothing behind. Each change moves the version, which is what decision caches compare, and
+stamps ``changed_ms`` (this broker's clock, never below the previous stamp plus one): name
+servers keep the newest tables of a cluster by that stamp (:class:`~orbitmq.auth.tables.Stamp`),
+and the store's ``on_change`` makes the broker register with them at once.
 
 Slaves copy the master's tables with the other config tables (``GetReplicaConfig``) and write
 them at once, so a slave promoted after its master died enforces the same users and ACLs. A copy
-is taken when its users or ACLs differ from the slave's, and the slave's version then still only
-grows (the larger of the master's and its own plus one): a demoted master whose last change never
-reached the new master must not keep verdicts cached under a version number that now means
-something else.
+is taken when its users or ACLs differ from the slave's (keeping the master's ``changed_ms``: it
+is the same change), and the slave's version then still only grows (the larger of the master's
+and its own plus one): a demoted master whose last change never reached the new master must not
+keep verdicts cached under a version number that now means something else.
 
 The edits themselves (:func:`user_created`, :func:`acl_updated`, ...) are pure functions from
 tables to tables; :class:`AuthStore` serializes them and does the I/O.
@@ -29,9 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -51,6 +58,7 @@ from orbitmq.auth.model import (
 from orbitmq.auth.tables import AuthTables
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.store.config_store import ConfigPersistError, JsonConfigStore
+from orbitmq.store.mapped_file import fsync_directory
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
@@ -303,19 +311,73 @@ def same_content(a: AuthTables, b: AuthTables) -> bool:
 # -- the store ----------------------------------------------------------------------------------
 
 
+class PrivateJsonFile(JsonConfigStore[AuthTables]):
+    """A :class:`JsonConfigStore` whose file and ``.bak`` are created readable by their owner
+    only (``os.open`` with :data:`FILE_MODE`; the process umask can only narrow it further)."""
+
+    def _write_atomically(self, data: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self._temp_path()
+        try:
+            _write_private(temp, data)
+            self._keep_private_backup()
+            os.replace(temp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            raise
+        fsync_directory(self.path.parent)
+
+    def _keep_private_backup(self) -> None:
+        """``.bak`` becomes the current file: a hard link keeps its mode; a copy (no hard links
+        on this filesystem) is created private like the file."""
+        temp = self._temp_path()
+        try:
+            try:
+                os.link(self.path, temp)
+            except FileNotFoundError:
+                return  # the first write: nothing to keep
+            except OSError:
+                try:
+                    _write_private(temp, self.path.read_bytes())
+                except FileNotFoundError:
+                    return
+            os.replace(temp, self.bak_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            raise
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+
+
 class AuthStore:
     """A broker's users and ACLs: :attr:`tables` for requests, ``change`` for admin RPCs.
 
     Construct it in a worker thread (it reads the file); a file that exists but is not valid
     raises :class:`~orbitmq.store.config_store.ConfigFileError` naming it, as the other tables.
+    ``on_change`` is called (on the event loop) after each change is written and served: the
+    broker registers with its name servers then, so they know of a deleted user at once.
     """
 
-    def __init__(self, store_root: Path | str) -> None:
-        self._file: JsonConfigStore[AuthTables] = JsonConfigStore(
-            Path(store_root) / AUTH_FILE, AuthTables, AuthTables
-        )
+    def __init__(
+        self,
+        store_root: Path | str,
+        *,
+        on_change: Callable[[], None] | None = None,
+        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._file = PrivateJsonFile(Path(store_root) / AUTH_FILE, AuthTables, AuthTables)
         self._tables = self._file.load()
         self._lock = asyncio.Lock()
+        self._on_change = on_change
+        self._now_ms = now_ms
 
     @property
     def tables(self) -> AuthTables:
@@ -334,28 +396,30 @@ class AuthStore:
         """Apply ``edit`` to the current tables, write the result, then serve it; returns what
         ``edit`` returned beside the tables. Changes are serialized: none is lost to another."""
         async with self._lock:
-            tables, result = edit(self._tables)
+            current = self._tables
+            edited, result = edit(current)
+            tables = AuthTables(
+                version=edited.version,
+                changed_ms=max(self._now_ms(), current.changed_ms + 1),
+                users=edited.users,
+                acls=edited.acls,
+            )
             await self._persist(tables)
             self._tables = tables
-            return result
+        self._changed()
+        return result
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     async def _persist(self, tables: AuthTables) -> None:
         try:
-            await asyncio.to_thread(self._write, tables)
+            await asyncio.to_thread(self._file.persist, tables)
         except ConfigPersistError as error:
             raise RpcFailure(
                 ErrorReason.SERVICE_NOT_AVAILABLE, f"the broker could not write its users and ACLs: {error}"
             ) from None
-
-    def _write(self, tables: AuthTables) -> None:
-        self._file.persist(tables)
-        try:
-            os.chmod(self._file.path, FILE_MODE)
-            os.chmod(self._file.bak_path, FILE_MODE)
-        except FileNotFoundError:
-            pass  # the first write has no .bak
-        except OSError as error:
-            raise ConfigPersistError(self._file.path, error) from error
 
     # -- replication --
 
@@ -370,12 +434,15 @@ class AuthStore:
         master = await asyncio.to_thread(self._file.decode, raw, source)
         async with self._lock:
             current = self._tables
-            if same_content(master, current):
+            if same_content(master, current) and master.changed_ms == current.changed_ms:
                 return False
             version = max(master.version, current.version + 1)
-            tables = AuthTables(version=version, users=master.users, acls=master.acls)
+            tables = AuthTables(
+                version=version, changed_ms=master.changed_ms, users=master.users, acls=master.acls
+            )
             await self._persist(tables)
             self._tables = tables
+        self._changed()
         log.info(
             "users and ACLs copied from %s: %d users, %d ACLs, version %d",
             source,

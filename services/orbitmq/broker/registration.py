@@ -9,6 +9,13 @@ Nothing a client asks of the broker waits for a registration: a topic change, a 
 made by a heartbeat, or a role change is answered once it is held locally, and
 :meth:`Registrar.request` wakes every loop to register now. A name server that stops answering
 is logged once, then at most once a minute (:class:`FailureLog`), however often it is retried.
+
+A broker with auth on also tells each name server its users and ACLs
+(:mod:`orbitmq.nameserver.auth_tables`): every registration carries their stamp, and the tables
+themselves go only to a name server whose last answer showed it takes them and holds an older
+stamp for the cluster (it restarted, or the tables changed). An answer showing that is followed
+by a registration with the tables at once, so a user deleted on the brokers is refused by the
+name servers within one round trip of the change (the store's change requests a registration).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from collections.abc import Callable
 
 import grpc
 
+from orbitmq.auth.tables import AuthTables, Stamp
 from orbitmq.common.clock import Clock
 from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.server import GRPC_OPTIONS, StartupError
@@ -102,6 +110,7 @@ class Registrar:
         clock: for the failure log's pacing.
         tls: the broker's TLS files: name servers are called over TLS when any is set.
         credentials: what every registration is signed with (the bootstrap super user), if any.
+        auth: the broker's users and ACLs as of now (a broker with auth on); None: none sent.
     """
 
     def __init__(
@@ -116,8 +125,13 @@ class Registrar:
         owner: str,
         tls: TlsFiles | None = None,
         credentials: Credentials | None = None,
+        auth: Callable[[], AuthTables] | None = None,
     ) -> None:
         self.addresses = addresses
+        self._auth = auth
+        self._held: dict[str, Stamp | None] = {}
+        """Name servers that take auth tables → the stamp each last said it holds."""
+        self._plaintext_warned = False
         self._tls = tls
         self._credentials = credentials
         self._refused: dict[str, str] = {}
@@ -219,6 +233,7 @@ class Registrar:
         address is not a name server (logged, unless ``refuse_wrong``: the caller raises)."""
         try:
             request = self._build_request()
+            sent = self._add_auth(address, request)
             reply = await self._stub(address).RegisterBroker(request, timeout=REGISTER_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
             self._answered[address] = False
@@ -236,8 +251,49 @@ class Registrar:
         self._refused.pop(address, None)
         self._answered[address] = True
         self._failures[address].answered()
+        self._auth_answered(address, reply, sent)
         self._on_reply(reply)
         return True
+
+    def _add_auth(self, address: str, request: nameserver_pb2.RegisterBrokerRequest) -> bool:
+        """Put the auth stamp on ``request``, and the tables when ``address`` lacks them;
+        returns whether the tables were added."""
+        if self._auth is None:
+            return False
+        tables = self._auth()
+        stamp = tables.stamp
+        request.auth_version.changed_ms, request.auth_version.digest = stamp
+        if address not in self._held or not _older(self._held[address], stamp):
+            return False
+        if self._tls is None or not self._tls.client_enabled:
+            self._warn_plaintext()
+        request.auth_tables = tables.content_json()
+        return True
+
+    def _auth_answered(self, address: str, reply: nameserver_pb2.RegisterBrokerResponse, sent: bool) -> None:
+        """Note what ``address`` holds; register again at once with the tables when it lacks
+        them and they were not just sent (it restarted, or this was the first registration)."""
+        if self._auth is None:
+            return
+        if not reply.takes_auth_tables:
+            self._held.pop(address, None)
+            return
+        held = (
+            Stamp(reply.auth_version.changed_ms, reply.auth_version.digest)
+            if reply.auth_version.digest
+            else None
+        )
+        self._held[address] = held
+        if not sent and _older(held, self._auth().stamp):
+            self._due[address].set()
+
+    def _warn_plaintext(self) -> None:
+        if not self._plaintext_warned:
+            self._plaintext_warned = True
+            log.warning(
+                "sending users and ACLs (secrets included) to name servers without TLS: "
+                "set --tls-ca (and the name servers' --tls-cert/--tls-key) to encrypt them"
+            )
 
     def _stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
         channel = self._channels.get(address)
@@ -246,6 +302,10 @@ class Registrar:
                 open_channel(address, self._tls, GRPC_OPTIONS), self._credentials
             )
         return nameserver_pb2_grpc.NameServerStub(channel)
+
+
+def _older(held: Stamp | None, ours: Stamp) -> bool:
+    return held is None or held < ours
 
 
 def _not_a_name_server(addresses: list[str]) -> str:

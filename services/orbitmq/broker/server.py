@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from orbitmq.auth.tables import AuthTables
 from orbitmq.broker.auth_store import AuthStore
 from orbitmq.broker.consumers import ClientRegistry
 from orbitmq.broker.durable_config import DLQ_PERM, adopt_stored_topics, persist_now, stored_topic
@@ -99,6 +100,7 @@ class Broker:
             owner=settings.broker_name,
             tls=settings,
             credentials=own_credentials(settings),
+            auth=self._auth_tables if settings.auth_enabled else None,
         )
         self._master_tasks = TaskSet(f"broker-master:{settings.broker_name}")
         self._role_lock = asyncio.Lock()
@@ -147,7 +149,9 @@ class Broker:
             BrokerConfigTables.open, self.store.root, max_delay_level=self.delay_levels, clock=self.clock
         )
         self.offsets = self.tables.consumer_offsets
-        self.auth_store = await asyncio.to_thread(AuthStore, self.store.root)
+        self.auth_store = await asyncio.to_thread(
+            AuthStore, self.store.root, on_change=self.registration_changed
+        )
         self.topics = TopicManager(
             self.tables,
             auto_create_topic=settings.auto_create_topic,
@@ -623,6 +627,10 @@ class Broker:
             ),
             heartbeat_timeout_ms=settings.heartbeat_timeout_ms,
         )
+
+    def _auth_tables(self) -> AuthTables:
+        """The users and ACLs the name servers are told of (registration.py)."""
+        return self.auth_store.tables
 
     def _registered(self, reply: nameserver_pb2.RegisterBrokerResponse) -> None:
         if reply.master_addr and reply.master_addr != self.address:

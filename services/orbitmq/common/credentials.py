@@ -3,13 +3,19 @@
 Signing wraps a channel's multi-callables rather than adding a ``grpc.aio`` client interceptor:
 an interceptor turns every call into an intercepted call object (more Python on the client's
 hot path for all calls), while a wrapper adds the three ``x-orbitmq-*`` headers of
-:func:`orbitmq.auth.signature.sign_v1` to the call's metadata and nothing else. Stubs built on a
-:class:`SignedChannel` sign each call with its own method and the current time.
+:func:`orbitmq.auth.signature.sign_v1` to the call's metadata, and an ``x-orbitmq-request-id``.
+Stubs built on a :class:`SignedChannel` sign each call with its own method and the current time.
+
+The request id is what a server's audit line and its refusal message name, so that a client's
+log and the server's audit trail meet: this process's random prefix and a counter (0.2 us, a
+random UUID per call would be 2 us), unique enough across clients to find one call in a log.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,8 +82,14 @@ class _Signed:
 
     def __call__(self, *args: Any, metadata: Any = None, **kwargs: Any) -> Any:
         signed = self._credentials.sign(self._method)
+        signed.append((REQUEST_ID_HEADER, f"{_REQUEST_ID_PREFIX}{next(_request_numbers):x}"))
         metadata = signed if metadata is None else [*metadata, *signed]
         return self._callable(*args, metadata=metadata, **kwargs)
+
+
+REQUEST_ID_HEADER = "x-orbitmq-request-id"
+_REQUEST_ID_PREFIX = f"{secrets.token_hex(6)}-"
+_request_numbers = itertools.count(1)
 
 
 class SignedChannel:

@@ -18,11 +18,12 @@ topic: :func:`authorize_deferred`. So are needs only the servicer can find (the 
 topic of ``EndTransaction``). Both read the call's :class:`Caller` from a context variable, None
 when auth is off, so the check costs a servers with auth off one lookup.
 
-Refusals are :class:`~orbitmq.common.rpc.RpcFailure` with reason ``NO_PERMISSION`` (orbitmq's
-error reasons have no "unauthenticated" of their own): a failed authentication is answered with
-gRPC's UNAUTHENTICATED and ``auth=authentication`` in the ErrorInfo, a denial with
-PERMISSION_DENIED, both naming the user, the action and the resource, never a secret; each is
-one audit record (:func:`orbitmq.auth.audit.record`).
+Refusals are :class:`~orbitmq.common.rpc.RpcFailure`: a failed authentication has reason
+``UNAUTHENTICATED`` and is answered with gRPC's UNAUTHENTICATED (``auth=authentication`` in the
+ErrorInfo), a denial has ``NO_PERMISSION`` and PERMISSION_DENIED (``auth=authorization``); both
+name the user, the action and the resource, never a secret, and the request id (the client's
+``x-orbitmq-request-id``, else one made here) that finds its audit record
+(:func:`orbitmq.auth.audit.record`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from orbitmq.auth.model import Action, User, UserType, describe_errors
 from orbitmq.auth.rpcs import RULES, RpcContext, RpcRule, topic_need
 from orbitmq.auth.signature import DEFAULT_WINDOW_MS, SignatureError, verify_v1
 from orbitmq.auth.tables import AuthTables
+from orbitmq.common.credentials import REQUEST_ID_HEADER
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.v1.broker_pb2 import ErrorReason
@@ -150,10 +152,10 @@ def fixed(tables: AuthTables) -> TablesProvider:
 
 
 class AuthenticationFailure(RpcFailure):
-    """NO_PERMISSION answered as gRPC's UNAUTHENTICATED, ``auth=authentication`` in its ErrorInfo."""
+    """UNAUTHENTICATED answered as gRPC's UNAUTHENTICATED, ``auth=authentication`` in its ErrorInfo."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(ErrorReason.NO_PERMISSION, message, auth="authentication")
+        super().__init__(ErrorReason.UNAUTHENTICATED, message, auth="authentication")
 
     @property
     def code(self) -> grpc.StatusCode:
@@ -169,6 +171,37 @@ def _audit(**fields: str) -> None:
         audit.record(audit.AuditEvent(**fields))  # type: ignore[arg-type]
     except Exception:  # an audit failure must not turn a refusal into an internal error
         log.exception("audit record failed")
+
+
+def request_id_of(context: grpc.aio.ServicerContext) -> str:
+    """The call's ``x-orbitmq-request-id``, or a new random id (a client that sends none): read
+    only when something is audited, never on an allowed call."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_HEADER:
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return uuid.uuid4().hex[:16]
+
+
+def audit_denial(
+    context: grpc.aio.ServicerContext, rpc: str, action: str, resource: str, resource_type: str, reason: str
+) -> str:
+    """Audit a denial a servicer decides itself (after the guard allowed the RPC); returns the
+    request id it was recorded under."""
+    user = current_user()
+    request_id = request_id_of(context)
+    _audit(
+        kind="denied",
+        who=user.username if user is not None else "",
+        source=context.peer(),
+        action=action,
+        resource=resource,
+        resource_type=resource_type,
+        decision="Deny",
+        request_id=request_id,
+        rpc=rpc,
+        reason=reason,
+    )
+    return request_id
 
 
 # -- the per-call check -----------------------------------------------------------------------
@@ -190,6 +223,7 @@ class Caller:
     connection: _Connection
     method: str
     peer: str
+    context: grpc.aio.ServicerContext
     needs_checked: list[Need] = field(default_factory=list)
 
 
@@ -311,6 +345,7 @@ class Guard:
             )
         except SignatureError as error:
             self.refusals += 1
+            request_id = request_id_of(context)
             _audit(
                 kind="authentication_failed",
                 who=error.access_key or "anonymous",
@@ -319,18 +354,20 @@ class Guard:
                 resource="",
                 resource_type="",
                 decision="Deny",
-                request_id=_request_id(context),
+                request_id=request_id,
                 rpc=method,
                 reason=error.failure.value,
             )
-            log.warning("refused %s from %s: %s", method, peer, error)
-            raise AuthenticationFailure(f"authentication failed: {error}; {self._hint}") from None
+            log.warning("refused %s from %s: %s (request %s)", method, peer, error, request_id)
+            raise AuthenticationFailure(
+                f"authentication failed: {error}; {self._hint} (request id {request_id})"
+            ) from None
         user = tables.user(access_key)
         assert user is not None  # verify_v1 found its secret
         connection = self._connections.get(peer)
         if connection is None:
             connection = self._connection(peer)
-        return Caller(self, user, tables, connection, method, peer)
+        return Caller(self, user, tables, connection, method, peer, context)
 
     def _connection(self, peer: str) -> _Connection:
         if len(self._connections) >= MAX_CONNECTIONS:
@@ -352,6 +389,7 @@ class Guard:
         need = verdict.need
         action = "|".join(a.value for a in need.actions) if need is not None else ""
         resource = str(need.resource) if need is not None else ""
+        request_id = request_id_of(caller.context)
         _audit(
             kind="denied",
             who=user.username,
@@ -360,14 +398,21 @@ class Guard:
             resource=resource,
             resource_type=need.resource.type.value if need is not None else "",
             decision="Deny",
-            request_id="",
+            request_id=request_id,
             rpc=caller.method,
             reason=verdict.reason,
         )
-        log.warning("denied %s to %s from %s: %s", caller.method, user.username, caller.peer, verdict.reason)
+        log.warning(
+            "denied %s to %s from %s: %s (request %s)",
+            caller.method,
+            user.username,
+            caller.peer,
+            verdict.reason,
+            request_id,
+        )
         raise _denied(
             f"{user.username} may not {action} on {resource} ({caller.method.rpartition('/')[2]}): "
-            f"{verdict.reason}"
+            f"{verdict.reason} (request id {request_id})"
         )
 
 
@@ -378,35 +423,37 @@ def _copy_marks(source: Any, target: Any) -> None:
             setattr(target, mark, True)
 
 
-def _request_id(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-request-id":
-            return str(value)
-    return uuid.uuid4().hex[:16]
-
-
 NAMESRV_CLUSTER = "DefaultCluster"
 """The cluster a name server's cluster-wide RPCs (cluster info, topic lists, write-perm changes)
 act on: a name server may serve several clusters and its requests do not name one."""
 
 
-def namesrv_guard(settings: Any) -> Guard | None:
-    """A name server's guard (None with auth off): the bootstrap super user and the users of
-    ``auth_users_file``."""
+def namesrv_guard(settings: Any, provider: TablesProvider | None = None) -> Guard | None:
+    """A name server's guard (None with auth off), deciding with ``provider``'s tables (the
+    brokers' users over its users file, :class:`~orbitmq.nameserver.auth_tables.ClusterAuthTables`);
+    without one, the bootstrap super user and the users of ``auth_users_file``."""
     if not settings.auth_enabled:
         return None
-    tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
-    provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
+    if provider is None:
+        tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
+        provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
     return Guard(provider, RpcContext(NAMESRV_CLUSTER), window_ms=settings.auth_window_ms)
 
 
-def sidecar_guard(settings: Any) -> Guard | None:
-    """A sidecar's guard toward its applications (None with auth off): the bootstrap super user
-    and the users of ``auth_users_file``; its RPCs act on its group and subscribed topics."""
+def sidecar_guard(settings: Any, synced: TablesProvider | None = None) -> Guard | None:
+    """A sidecar's guard toward its applications (None with auth off): the users of
+    ``auth_users_file``, the brokers' users over them when ``synced``
+    (:class:`~orbitmq.common.auth_sync.SyncedTables`), and the bootstrap super user; its RPCs act
+    on its group and subscribed topics."""
     if not settings.auth_enabled:
         return None
     tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
-    provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
+    if synced is None:
+        provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
+    else:
+        from orbitmq.common.auth_sync import layered_provider  # auth_sync imports this module
+
+        provider = layered_provider(tables, synced, settings.bootstrap_user())
     context = RpcContext(NAMESRV_CLUSTER, settings.group, tuple(spec.topic for spec in settings.specs))
     hint = "sign with SidecarClient(address, credentials=Credentials(access_key, secret_key))"
     return Guard(provider, context, window_ms=settings.auth_window_ms, hint=hint)

@@ -12,11 +12,13 @@ import logging
 import signal
 import sys
 
+from orbitmq.auth.tables import AuthTables
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
-from orbitmq.common.guard import namesrv_guard
+from orbitmq.common.guard import load_users_file, namesrv_guard
 from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.tasks import TaskSet
+from orbitmq.nameserver.auth_tables import ClusterAuthTables
 from orbitmq.nameserver.routes import RouteTable
 from orbitmq.nameserver.servicer import NameServerMetrics, NameServerServicer
 from orbitmq.nameserver.settings import NameServerSettings
@@ -39,12 +41,14 @@ class NameServer:
         self.settings = settings
         self.clock = clock
         self.table = RouteTable(clock, broker_expiry_ms=settings.broker_expiry_ms)
+        self.auth = namesrv_auth_tables(settings)
+        """The users and ACLs brokers register, with the users file; None with auth off."""
         self.grpc = GrpcServer(
             "namesrv",
             settings.listen,
             metrics_listen=settings.metrics_listen,
             tls=settings,
-            guard=namesrv_guard(settings),
+            guard=namesrv_guard(settings, self.auth.decision_tables if self.auth is not None else None),
         )
         self.metrics = NameServerMetrics(self.grpc.registry)
         self._tasks = TaskSet("namesrv")
@@ -66,7 +70,7 @@ class NameServer:
         if self._started:
             return
         self._started = True
-        servicer = NameServerServicer(self.table, self.metrics)
+        servicer = NameServerServicer(self.table, self.metrics, self.auth)
         self.grpc.add_service(
             SERVICE_NAME, lambda s: nameserver_pb2_grpc.add_NameServerServicer_to_server(servicer, s)
         )
@@ -109,6 +113,15 @@ class NameServer:
             except Exception:
                 # Keep scanning: a name server that stops expiring brokers routes to dead ones.
                 log.exception("namesrv expiry scan failed; retrying in %s ms", self.settings.scan_interval_ms)
+
+
+def namesrv_auth_tables(settings: NameServerSettings) -> ClusterAuthTables | None:
+    """The users a name server with auth on decides with: its users file and bootstrap super
+    user until brokers register theirs (None with auth off)."""
+    if not settings.auth_enabled:
+        return None
+    local = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
+    return ClusterAuthTables(local, settings.bootstrap_user())
 
 
 async def run(settings: NameServerSettings) -> None:

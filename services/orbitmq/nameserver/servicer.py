@@ -13,9 +13,11 @@ import re
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from orbitmq.common.guard import audit_denial, current_user
 from orbitmq.common.names import validate_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import split_host_port
+from orbitmq.nameserver.auth_tables import ClusterAuthTables, stamp_of, version_of
 from orbitmq.nameserver.routes import (
     BrokerData,
     BrokerKey,
@@ -86,16 +88,27 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
     Args:
         table: the route table (shared with the server's expiry scan).
         metrics: where to count registrations and route queries; None counts nothing.
+        auth: the users and ACLs brokers register (a name server with auth on); None: auth is
+            off, registrations' tables are ignored and ``GetAuthTables`` is refused.
     """
 
-    def __init__(self, table: RouteTable, metrics: NameServerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        table: RouteTable,
+        metrics: NameServerMetrics | None = None,
+        auth: ClusterAuthTables | None = None,
+    ) -> None:
         self._table = table
         self._metrics = metrics
+        self._auth = auth
 
     async def RegisterBroker(
         self, request: nameserver_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext
     ) -> nameserver_pb2.RegisterBrokerResponse:
         registration = registration_from_proto(request)
+        auth = self._auth
+        if auth is not None:  # refused tables refuse the registration before it changes routes
+            auth.offer(request.cluster, request.auth_version, request.auth_tables)
         try:
             master_addr, ha_addr = self._table.register(registration)
         except StaleEpochError as error:
@@ -108,7 +121,38 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
         if self._metrics is not None:
             self._metrics.registrations.inc()
             self._metrics.show_brokers(self._table.live_keys())
-        return nameserver_pb2.RegisterBrokerResponse(master_addr=master_addr, ha_server_addr=ha_addr)
+        reply = nameserver_pb2.RegisterBrokerResponse(master_addr=master_addr, ha_server_addr=ha_addr)
+        if auth is not None:
+            reply.takes_auth_tables = True
+            reply.auth_version.CopyFrom(version_of(auth.stamp(request.cluster)))
+        return reply
+
+    async def GetAuthTables(
+        self, request: nameserver_pb2.GetAuthTablesRequest, context: grpc.aio.ServicerContext
+    ) -> nameserver_pb2.GetAuthTablesResponse:
+        auth = self._auth
+        if auth is None:
+            raise RpcFailure(
+                ErrorReason.NO_PERMISSION,
+                "this name server has auth off: it keeps no users or ACLs to hand out (start it with "
+                "--auth-enabled, as the brokers)",
+            )
+        user = current_user()  # the guard verified it before the handler runs
+        if user is None or not user.is_super:
+            who = user.username if user is not None else "an unknown caller"
+            refusal = f"{who} may not GetAuthTables: it answers secrets, to super users only"
+            audit_denial(
+                context, "/orbitmq.v1.NameServer/GetAuthTables", "Get", "Cluster:*", "Cluster", refusal
+            )
+            raise RpcFailure(ErrorReason.NO_PERMISSION, refusal)
+        if request.cluster:
+            _check_broker_name("cluster", request.cluster)
+        tables = auth.of(request.cluster)
+        if stamp_of(request.known_version) == tables.stamp:
+            return nameserver_pb2.GetAuthTablesResponse(version=request.known_version, changed=False)
+        return nameserver_pb2.GetAuthTablesResponse(
+            version=version_of(tables.stamp), changed=True, tables=tables.content_json()
+        )
 
     async def UnregisterBroker(
         self, request: nameserver_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext

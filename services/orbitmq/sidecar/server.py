@@ -33,10 +33,13 @@ from orbitmq.client.consumer_types import (
 )
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
+from orbitmq.common.auth_sync import SyncedTables
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.guard import sidecar_guard
 from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GrpcServer
+from orbitmq.common.tls import ClientTls
 from orbitmq.common.topics import Property, split_keys
 from orbitmq.sidecar.hub import SUCCESS, AppStream, DeliveryHub, StreamDetached, to_deliveries, to_records
 from orbitmq.sidecar.settings import SidecarSettings
@@ -75,16 +78,37 @@ def listener_shape(max_in_flight: int, orderly: bool) -> tuple[int, int]:
     return max_in_flight, max(1, min(32, max_in_flight // 2))
 
 
+def sidecar_auth_sync(settings: SidecarSettings) -> SyncedTables | None:
+    """What keeps a sidecar with auth on in step with the brokers' users: fetched as the
+    sidecar's own cluster credentials (``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``, a super user)."""
+    if not settings.auth_enabled:
+        return None
+    credentials = Credentials.from_env()
+    if credentials is None:
+        log.warning(
+            "sidecar auth is on but it has no ORBITMQ_ACCESS_KEY/ORBITMQ_SECRET_KEY: its applications "
+            "are checked against --auth-users-file and the bootstrap super user only, not the users "
+            "stored on the brokers"
+        )
+        return None
+    return SyncedTables(
+        settings.namesrv, ClientTls.from_env(), credentials, settings.auth_sync_interval_ms / 1000
+    )
+
+
 class Sidecar:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
         self.hub = DeliveryHub(settings.max_in_flight)
+        self.auth_sync = sidecar_auth_sync(settings)
+        """The brokers' users and ACLs, fetched from the name servers (auth on and the sidecar
+        signs toward the cluster); None: the users file and the bootstrap super user only."""
         self.grpc = GrpcServer(
             "sidecar",
             settings.listen,
             metrics_listen=settings.metrics_listen,
             tls=settings,
-            guard=sidecar_guard(settings),
+            guard=sidecar_guard(settings, self.auth_sync),
         )
         self.metrics = ConsumerMetrics(settings.group, settings.instance_name, registry=self.grpc.registry)
         threads, batch = listener_shape(settings.max_in_flight, settings.orderly)
@@ -141,6 +165,8 @@ class Sidecar:
         )
         self.grpc.bind()
         self.address = self.grpc.address
+        if self.auth_sync is not None:
+            await self.auth_sync.start()  # the brokers' users known before applications connect
         await self.producer.start()
         await self.consumer.start()
         await self.grpc.start()
@@ -158,6 +184,8 @@ class Sidecar:
         unanswered = self.hub.cancel_all()
         await self.consumer.close()
         await self.producer.close()
+        if self.auth_sync is not None:
+            await self.auth_sync.stop()
         log.info(
             "sidecar drained in %.2f s: %d delivery(ies) withdrawn before hand-out, %d unanswered",
             time.monotonic() - started,

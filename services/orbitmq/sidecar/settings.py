@@ -56,6 +56,10 @@ class SidecarSettings(ServerTls, ServerAuth):
     """YAML/JSON ``{"users": [...], "acls": [...]}`` of the applications, checked with auth on:
     ``Sub`` on the group and its topics to consume, ``Pub`` on a topic to send, ``Update`` on the
     group to pause and resume."""
+    auth_sync_interval_ms: int = Field(default=1_000, ge=100)
+    """With auth on, how often the users and ACLs stored on the brokers are fetched from the name
+    servers (as the sidecar's own ``ORBITMQ_ACCESS_KEY``, which must be a super user): the longest
+    a deleted user keeps getting in. Their users are layered over ``auth_users_file``'s."""
 
     namesrv: str = "127.0.0.1:9876"
     """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``)."""

@@ -25,6 +25,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WOULD_HIDE_MESSAGES: _ClassVar[ErrorReason]
     USER_NOT_EXIST: _ClassVar[ErrorReason]
     ACL_NOT_EXIST: _ClassVar[ErrorReason]
+    UNAUTHENTICATED: _ClassVar[ErrorReason]
 
 class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -79,6 +80,7 @@ STALE_EPOCH: ErrorReason
 WOULD_HIDE_MESSAGES: ErrorReason
 USER_NOT_EXIST: ErrorReason
 ACL_NOT_EXIST: ErrorReason
+UNAUTHENTICATED: ErrorReason
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_OK: SendStatus
 FLUSH_DISK_TIMEOUT: SendStatus

@@ -7,8 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AuthVersion(_message.Message):
+    __slots__ = ("changed_ms", "digest")
+    CHANGED_MS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    changed_ms: int
+    digest: str
+    def __init__(self, changed_ms: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
+
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_addr", "broker_id", "ha_addr", "topic_configs", "data_version", "heartbeat_timeout_ms", "epoch")
+    __slots__ = ("cluster", "broker_name", "broker_addr", "broker_id", "ha_addr", "topic_configs", "data_version", "heartbeat_timeout_ms", "epoch", "auth_version", "auth_tables")
     class TopicConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +33,8 @@ class RegisterBrokerRequest(_message.Message):
     DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AUTH_VERSION_FIELD_NUMBER: _ClassVar[int]
+    AUTH_TABLES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_addr: str
@@ -34,15 +44,21 @@ class RegisterBrokerRequest(_message.Message):
     data_version: _common_pb2.DataVersion
     heartbeat_timeout_ms: int
     epoch: int
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_addr: _Optional[str] = ..., topic_configs: _Optional[_Mapping[str, _common_pb2.TopicConfig]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., heartbeat_timeout_ms: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    auth_version: AuthVersion
+    auth_tables: bytes
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_addr: _Optional[str] = ..., topic_configs: _Optional[_Mapping[str, _common_pb2.TopicConfig]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., heartbeat_timeout_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., auth_version: _Optional[_Union[AuthVersion, _Mapping]] = ..., auth_tables: _Optional[bytes] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("master_addr", "ha_server_addr")
+    __slots__ = ("master_addr", "ha_server_addr", "takes_auth_tables", "auth_version")
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    TAKES_AUTH_TABLES_FIELD_NUMBER: _ClassVar[int]
+    AUTH_VERSION_FIELD_NUMBER: _ClassVar[int]
     master_addr: str
     ha_server_addr: str
-    def __init__(self, master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ...) -> None: ...
+    takes_auth_tables: bool
+    auth_version: AuthVersion
+    def __init__(self, master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., takes_auth_tables: _Optional[bool] = ..., auth_version: _Optional[_Union[AuthVersion, _Mapping]] = ...) -> None: ...
 
 class UnregisterBrokerRequest(_message.Message):
     __slots__ = ("cluster", "broker_name", "broker_addr", "broker_id")
@@ -160,3 +176,21 @@ class AddWritePermResponse(_message.Message):
     ADD_TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
     add_topic_count: int
     def __init__(self, add_topic_count: _Optional[int] = ...) -> None: ...
+
+class GetAuthTablesRequest(_message.Message):
+    __slots__ = ("cluster", "known_version")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    known_version: AuthVersion
+    def __init__(self, cluster: _Optional[str] = ..., known_version: _Optional[_Union[AuthVersion, _Mapping]] = ...) -> None: ...
+
+class GetAuthTablesResponse(_message.Message):
+    __slots__ = ("version", "changed", "tables")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    version: AuthVersion
+    changed: bool
+    tables: bytes
+    def __init__(self, version: _Optional[_Union[AuthVersion, _Mapping]] = ..., changed: _Optional[bool] = ..., tables: _Optional[bytes] = ...) -> None: ...

@@ -75,6 +75,11 @@ class NameServerStub:
                 request_serializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermRequest.SerializeToString,
                 response_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermResponse.FromString,
                 _registered_method=True)
+        self.GetAuthTables = channel.unary_unary(
+                '/orbitmq.v1.NameServer/GetAuthTables',
+                request_serializer=orbitmq_dot_v1_dot_nameserver__pb2.GetAuthTablesRequest.SerializeToString,
+                response_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.GetAuthTablesResponse.FromString,
+                _registered_method=True)
 
 
 class NameServerServicer:
@@ -136,6 +141,16 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAuthTables(self, request, context):
+        """The users and ACLs brokers registered (the newest per cluster, see AuthVersion), secrets
+        included, for servers that check requests themselves (proxies, sidecars): super users only,
+        and only from a name server with auth on. Answers nothing but `changed = false` while the
+        caller's known_version is current, so polling it every second costs a small round trip.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NameServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -178,6 +193,11 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.AddWritePerm,
                     request_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermRequest.FromString,
                     response_serializer=orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermResponse.SerializeToString,
+            ),
+            'GetAuthTables': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAuthTables,
+                    request_deserializer=orbitmq_dot_v1_dot_nameserver__pb2.GetAuthTablesRequest.FromString,
+                    response_serializer=orbitmq_dot_v1_dot_nameserver__pb2.GetAuthTablesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -396,6 +416,33 @@ class NameServer:
             '/orbitmq.v1.NameServer/AddWritePerm',
             orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermRequest.SerializeToString,
             orbitmq_dot_v1_dot_nameserver__pb2.AddWritePermResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAuthTables(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orbitmq.v1.NameServer/GetAuthTables',
+            orbitmq_dot_v1_dot_nameserver__pb2.GetAuthTablesRequest.SerializeToString,
+            orbitmq_dot_v1_dot_nameserver__pb2.GetAuthTablesResponse.FromString,
             options,
             channel_credentials,
             insecure,

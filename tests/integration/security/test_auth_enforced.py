@@ -165,7 +165,7 @@ async def test_missing_wrong_and_stale_credentials_are_refused_naming_the_cause(
         assert error.code() is grpc.StatusCode.UNAUTHENTICATED, cause
         assert cause in (error.details() or ""), (cause, error.details())
         failure = failure_of(error)
-        assert failure is not None and failure.reason == ErrorReason.NO_PERMISSION
+        assert failure is not None and failure.reason == ErrorReason.UNAUTHENTICATED, cause
         assert failure.metadata == {"auth": "authentication"} and not failure.retriable
 
 

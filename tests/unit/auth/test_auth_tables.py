@@ -80,3 +80,18 @@ def test_a_bad_document_inside_is_refused_with_its_path() -> None:
     assert describe_errors(refused.value) == [
         "users.1.password: a user needs a non-empty secret (password): requests are signed with it"
     ]
+
+
+def test_digest_ignores_order_but_not_content_and_the_wire_form_leaves_the_local_version() -> None:
+    users = [_user("a"), _user("b")]
+    one = AuthTables.model_validate({"version": 3, "changed_ms": 9, "users": users, "acls": [_acl("a")]})
+    other = AuthTables.model_validate(
+        {"version": 8, "changed_ms": 9, "users": users[::-1], "acls": [_acl("a")]}
+    )
+    assert one.stamp == other.stamp == (9, one.digest)  # versions are local: not part of it
+    secret_changed = AuthTables.model_validate(
+        {"changed_ms": 9, "users": [_user("a"), {**_user("b"), "password": "new"}], "acls": [_acl("a")]}
+    )
+    assert secret_changed.digest != one.digest
+    received = AuthTables.model_validate_json(one.content_json())
+    assert received.version == 0 and received.stamp == one.stamp and received.users == one.users

@@ -4,6 +4,7 @@ that only grows."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,50 @@ async def test_a_masters_copy_is_taken_under_a_version_newer_than_both(tmp_path:
     assert slave.version == 7 and slave.tables.users == (APP,)
     assert not await slave.import_json(master.export_json(), "master m")  # same content: kept
     assert AuthStore(tmp_path / "slave").tables == slave.tables
+
+
+async def test_each_change_is_stamped_later_than_the_last_and_announced(tmp_path: Path) -> None:
+    clock = iter([5_000, 4_000, 9_000])  # the clock steps back once
+    changes: list[int] = []
+    store = AuthStore(tmp_path, on_change=lambda: changes.append(store.version), now_ms=lambda: next(clock))
+    await store.change(lambda t: user_created(t, APP))
+    assert store.tables.changed_ms == 5_000
+    await store.change(lambda t: user_updated(t, {"username": "app", "password": "new"}))
+    assert store.tables.changed_ms == 5_001  # never below the previous stamp plus one
+    with pytest.raises(RpcFailure):
+        await store.change(lambda t: user_created(t, APP))
+    await store.change(lambda t: user_deleted(t, "app")[:2])
+    assert store.tables.changed_ms == 9_000
+    assert changes == [1, 2, 3]  # the refused change announced nothing
+    assert AuthStore(tmp_path).tables.stamp == store.tables.stamp  # the stamp is on disk
+
+
+async def test_a_masters_copy_keeps_the_masters_stamp(tmp_path: Path) -> None:
+    master = AuthStore(tmp_path / "master", now_ms=lambda: 7_000)
+    await master.change(lambda t: user_created(t, APP))
+    announced: list[bool] = []
+    slave = AuthStore(tmp_path / "slave", on_change=lambda: announced.append(True))
+    assert await slave.import_json(master.export_json(), "master m")
+    assert slave.tables.stamp == master.tables.stamp and announced == [True]  # the same change
+
+
+async def test_the_file_and_its_backup_are_created_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created 0600 by os.open, not opened wider and narrowed afterwards: with a umask that
+    narrows nothing, and no chmod at all, both files are still the owner's only."""
+
+    def no_chmod(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("auth.json must be created private, not chmod-ed after")
+
+    monkeypatch.setattr("os.chmod", no_chmod)
+    previous = os.umask(0)
+    try:
+        store = AuthStore(tmp_path)
+        await store.change(lambda t: user_created(t, APP))
+        await store.change(lambda t: user_deleted(t, "app")[:2])
+    finally:
+        os.umask(previous)
+    path = tmp_path / AUTH_FILE
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.with_name(path.name + ".bak").stat().st_mode & 0o777 == 0o600

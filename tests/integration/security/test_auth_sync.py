@@ -1,0 +1,242 @@
+"""Users and ACLs made on the brokers reach the name servers and, through them, sidecars: a user
+created with the Admin API signs route queries without any users file, a deleted one is refused
+by the name server within a round trip of the change (measured, bound 2 s) and by a sidecar within
+its sync interval; a restarted name server learns the tables again; ``GetAuthTables`` answers
+super users only, and nothing while the caller's version is current."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from clusterkit import Cluster, eventually
+
+from orbitmq.auth.tables import AuthTables
+from orbitmq.client.admin import Admin
+from orbitmq.common.auth_sync import SyncedTables
+from orbitmq.common.credentials import Credentials, signed
+from orbitmq.common.rpc import RpcFailure, failure_of
+from orbitmq.nameserver.server import NameServer
+from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.sidecar.client import SidecarClient
+from orbitmq.sidecar.server import Sidecar
+from orbitmq.sidecar.settings import SidecarSettings
+from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
+
+pytestmark = pytest.mark.timeout(120)
+
+SUPER, SUPER_SECRET = "root", "root-secret"
+APP, APP_SECRET = "app", "app-secret"
+AUTH = {"auth_enabled": True, "auth_super_user": SUPER, "auth_super_secret": SUPER_SECRET}
+ROOT = Credentials(SUPER, SUPER_SECRET)
+REVOCATION_BOUND_S = 2.0
+
+
+def _as(monkeypatch: pytest.MonkeyPatch, user: str, secret: str) -> None:
+    monkeypatch.setenv("ORBITMQ_ACCESS_KEY", user)
+    monkeypatch.setenv("ORBITMQ_SECRET_KEY", secret)
+
+
+async def _namesrv(listen: str = "127.0.0.1:0") -> NameServer:
+    server = NameServer(NameServerSettings(listen=listen, metrics_listen=None, **AUTH))
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
+    """Two broker groups and a name server, all with auth on; no users file anywhere; ``app``
+    created on the brokers with Pub/Sub/Get on topic ``a`` and Sub on group ``readers``."""
+    running = Cluster(tmp_path, await _namesrv())
+    try:
+        for name in ("broker-a", "broker-b"):
+            await running.start_broker(name, register_interval_ms=500, **AUTH)
+        _as(monkeypatch, SUPER, SUPER_SECRET)
+        async with Admin(running.address) as admin:
+            await admin.create_topic("a", read_queue_nums=1, write_queue_nums=1)
+            await admin.create_group("readers")
+            await admin.create_user(APP, APP_SECRET)
+            await admin.create_acl(
+                {
+                    "subject": f"User:{APP}",
+                    "policies": [
+                        {
+                            "entries": [
+                                {
+                                    "resource": "Topic:a",
+                                    "actions": ["Pub", "Sub", "Get"],
+                                    "decision": "Allow",
+                                },
+                                {"resource": "Group:readers", "actions": ["Sub"], "decision": "Allow"},
+                            ]
+                        }
+                    ],
+                }
+            )
+        yield running
+    finally:
+        for name in list(running.brokers):
+            await running.stop_broker(name)
+        await running.namesrv.close()
+
+
+async def _route(address: str, credentials: Credentials) -> grpc.StatusCode:
+    """QueryRoute of topic ``a`` signed as ``credentials``: OK or the refusal's code."""
+    async with signed(grpc.aio.insecure_channel(address), credentials) as channel:
+        try:
+            await nameserver_pb2_grpc.NameServerStub(channel).QueryRoute(
+                nameserver_pb2.QueryRouteRequest(topic="a"), timeout=5
+            )
+        except grpc.aio.AioRpcError as error:
+            return error.code()
+    return grpc.StatusCode.OK
+
+
+async def _refused_within(check: object, bound_s: float) -> float:
+    """Seconds until ``check()`` (async, True once refused) holds; fails past ``bound_s``."""
+    started = time.monotonic()
+    while not await check():  # type: ignore[operator]
+        assert time.monotonic() - started < bound_s, f"still let in after {bound_s} s"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - started
+
+
+async def test_namesrv_decides_with_the_brokers_users_and_revokes_a_deleted_one(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = Credentials(APP, APP_SECRET)
+    assert await _route(cluster.address, app) is grpc.StatusCode.OK  # no users file: the brokers'
+    assert await _route(cluster.address, Credentials(APP, "wrong")) is grpc.StatusCode.UNAUTHENTICATED
+    stamps = [b.broker.auth_store.tables.stamp for b in cluster.brokers.values()]
+    assert cluster.namesrv.auth is not None
+    assert cluster.namesrv.auth.stamp("DefaultCluster") == max(stamps)  # the later group's change
+
+    async with Admin(cluster.address) as admin:
+        deleted_at = time.monotonic()
+        await admin.delete_user(APP)
+    answered_s = time.monotonic() - deleted_at
+
+    async def refused() -> bool:
+        return await _route(cluster.address, app) is grpc.StatusCode.UNAUTHENTICATED
+
+    after_s = await _refused_within(refused, REVOCATION_BOUND_S)
+    with capsys.disabled():
+        print(
+            f"\nnamesrv revocation: delete answered in {answered_s * 1000:.0f} ms, refused "
+            f"{after_s * 1000:.0f} ms after that"
+        )
+
+
+async def test_a_restarted_namesrv_learns_the_tables_from_the_next_heartbeat(cluster: Cluster) -> None:
+    address = cluster.namesrv.address
+    await cluster.namesrv.close()
+    cluster.namesrv = await _namesrv(address)
+    assert cluster.namesrv.auth is not None and cluster.namesrv.auth.stamp("DefaultCluster") is None
+    app = Credentials(APP, APP_SECRET)
+
+    async def routed() -> bool:
+        return await _route(address, app) is grpc.StatusCode.OK
+
+    await eventually(routed, 10, lambda: "app is not let in by the restarted name server")
+
+
+async def _tables(address: str, credentials: Credentials, known: nameserver_pb2.AuthVersion | None = None):  # type: ignore[no-untyped-def]
+    async with signed(grpc.aio.insecure_channel(address), credentials) as channel:
+        return await nameserver_pb2_grpc.NameServerStub(channel).GetAuthTables(
+            nameserver_pb2.GetAuthTablesRequest(known_version=known), timeout=5
+        )
+
+
+async def test_get_auth_tables_answers_super_users_only_and_nothing_when_current(cluster: Cluster) -> None:
+    reply = await _tables(cluster.address, ROOT)
+    assert reply.changed and reply.version.digest
+    tables = AuthTables.model_validate_json(reply.tables)
+    app = tables.user(APP)
+    assert app is not None and app.password == APP_SECRET  # what a proxy verifies signatures with
+    assert tables.stamp == (reply.version.changed_ms, reply.version.digest)
+
+    again = await _tables(cluster.address, ROOT, reply.version)
+    assert not again.changed and again.tables == b"" and again.version == reply.version
+
+    with pytest.raises(grpc.aio.AioRpcError) as denied:
+        await _tables(cluster.address, Credentials(APP, APP_SECRET))
+    failure = failure_of(denied.value)
+    assert failure is not None and failure.reason == ErrorReason.NO_PERMISSION
+    assert "may not" in (denied.value.details() or "") and APP_SECRET not in (denied.value.details() or "")
+
+
+async def test_get_auth_tables_is_refused_by_a_namesrv_with_auth_off() -> None:
+    plain = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
+    await plain.start()
+    try:
+        with pytest.raises(grpc.aio.AioRpcError, match="auth off") as refused:
+            await _tables(plain.address, ROOT)
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        await plain.close()
+
+
+async def test_synced_tables_follow_the_brokers(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    synced = SyncedTables(f"127.0.0.1:1;{cluster.address}", None, ROOT, interval_s=0.2)  # the first is down
+    await synced.start()
+    try:
+        first = synced()
+        assert first.user(APP) is not None and synced.received == 1
+        async with Admin(cluster.address) as admin:
+            deleted_at = time.monotonic()
+            await admin.delete_user(APP)
+
+        async def gone() -> bool:
+            return synced().user(APP) is None
+
+        await _refused_within(gone, REVOCATION_BOUND_S)
+        assert synced().version > first.version  # decision caches drop their verdicts
+        assert time.monotonic() - deleted_at < REVOCATION_BOUND_S
+    finally:
+        await synced.stop()
+
+    not_super = SyncedTables(cluster.address, None, Credentials(SUPER, "wrong"), interval_s=0.2)
+    with caplog.at_level(logging.WARNING, logger="orbitmq.common.auth_sync"):
+        await not_super.start()
+        await not_super.stop()
+    assert not_super.received == 0 and not_super().users == ()
+    assert "cannot fetch users and ACLs" in caplog.text and "UNAUTHENTICATED" in caplog.text
+
+
+async def test_sidecar_checks_applications_against_the_brokers_users(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sidecar reaches the cluster (and fetches users) as root, from ORBITMQ_ACCESS_KEY.
+    settings = SidecarSettings(
+        namesrv=cluster.address,
+        group="readers",
+        subscriptions=["a"],
+        listen="127.0.0.1:0",
+        metrics_listen=None,
+        auth_sync_interval_ms=200,
+        **AUTH,
+    )
+    sidecar = Sidecar(settings)
+    await sidecar.start()
+    try:
+        async with SidecarClient(sidecar.address, credentials=Credentials(APP, APP_SECRET)) as client:
+            await client.send("a", b"as the brokers' app")
+            async with Admin(cluster.address) as admin:
+                await admin.delete_user(APP)
+
+            async def refused() -> bool:
+                try:
+                    await client.send("a", b"after the delete")
+                except RpcFailure as failure:
+                    return failure.reason == ErrorReason.UNAUTHENTICATED
+                return False
+
+            await _refused_within(refused, REVOCATION_BOUND_S)
+    finally:
+        await sidecar.drain()
