@@ -247,6 +247,12 @@ def _parse_authorization(authorization: str) -> tuple[str, str | None, bytes]:
     return access_key, fields.get("SignedHeaders"), signature
 
 
+def mq_date_time_ms(date_time: str) -> int | None:
+    """Unix milliseconds of an ``x-mq-date-time`` read as UTC; None when it does not parse (then
+    :func:`verify_mqv2` checks no time, as RocketMQ)."""
+    return _parse_mq_date_time(date_time)
+
+
 def _parse_mq_date_time(date_time: str) -> int | None:
     """Unix milliseconds of ``yyyyMMddTHHmmssZ`` or RFC 3339, read as UTC; None if neither."""
     text = date_time

@@ -1,6 +1,7 @@
 """The proxy's table of what each ``apache.rocketmq.v2`` RPC needs: every method of the service is
 in it (a new RPC cannot go unchecked), and the needs are RocketMQ 5.3's (``Pub`` to send, ``Sub``
-on topic and group to consume), in orbitmq's names (the namespace applied)."""
+on topic and group to consume), in orbitmq's names (the namespace applied); and the guard's
+refusals (its memory of verified signatures expires with the window and the secret)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from google.protobuf.message_factory import GetMessageClass
 
 from orbitmq.auth.decide import Need
-from orbitmq.auth.model import Action, Resource
-from orbitmq.proxy.auth import MAY_NEED_NOTHING, RULES
+from orbitmq.auth.model import Acl, Action, Resource, User
+from orbitmq.auth.signature import MQV2_ZONE_SLACK_MS, mqv2_date_time, sign_mqv2
+from orbitmq.auth.tables import AuthTables
+from orbitmq.proxy.auth import MAY_NEED_NOTHING, RULES, ProxyGuard
 from orbitmq.proxy.convert import Refused
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2 as pb
@@ -97,3 +100,66 @@ def test_telemetry_settings_need_their_publishing_or_subscription() -> None:
         ((S,), GR("g")),
         ((S,), T("a")),
     }
+
+
+class _Call:
+    """What the guard reads of a call: its metadata and its peer (grpc's ServicerContext API)."""
+
+    def __init__(self, metadata: list[tuple[str, str]]) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return "ipv4:10.0.0.7:5555"
+
+
+def _tables(secret: str) -> AuthTables:
+    acl = Acl.model_validate(
+        {
+            "subject": "User:app",
+            "policies": [
+                {
+                    "policyType": "Custom",
+                    "entries": [{"resource": "Topic:orders", "actions": ["Pub"], "decision": "Allow"}],
+                }
+            ],
+        }
+    )
+    return AuthTables(users=(User(username="app", password=secret),), acls=(acl,))
+
+
+SIGNED_MS = 1_790_000_000_000
+SEND = pb.SendMessageRequest(messages=[v2.Message(topic=_r("orders"))])
+
+
+def test_a_signature_verified_once_is_still_refused_once_stale_or_after_a_secret_change() -> None:
+    """The guard remembers verified signatures: that must not outlive the window or the secret."""
+    tables = [_tables("app-secret")]
+    now = [SIGNED_MS]
+    guard = ProxyGuard(lambda: tables[0], window_ms=60_000, now_ms=lambda: now[0])
+    call = _Call(sign_mqv2("app", "app-secret", mqv2_date_time(SIGNED_MS)))
+    assert guard.check("SendMessage", SEND, call).user.username == "app"  # type: ignore[arg-type]
+    assert guard.check("SendMessage", SEND, call).user.username == "app"  # type: ignore[arg-type]
+
+    now[0] = SIGNED_MS + MQV2_ZONE_SLACK_MS + 61_000
+    with pytest.raises(Refused) as stale:
+        guard.check("SendMessage", SEND, call)  # type: ignore[arg-type]
+    assert stale.value.code == v2.UNAUTHORIZED and "from the server's clock" in stale.value.message
+
+    now[0] = SIGNED_MS
+    tables[0] = _tables("rotated-secret")
+    with pytest.raises(Refused) as rotated:
+        guard.check("SendMessage", SEND, call)  # type: ignore[arg-type]
+    assert rotated.value.code == v2.UNAUTHORIZED and "does not match" in rotated.value.message
+
+
+def test_a_grant_missing_is_forbidden_naming_user_action_and_resource() -> None:
+    guard = ProxyGuard(lambda: _tables("app-secret"), window_ms=60_000, now_ms=lambda: SIGNED_MS)
+    call = _Call(sign_mqv2("app", "app-secret", mqv2_date_time(SIGNED_MS)))
+    receive = pb.ReceiveMessageRequest(group=_r("g"), message_queue=v2.MessageQueue(topic=_r("orders")))
+    with pytest.raises(Refused) as refused:
+        guard.check("ReceiveMessage", receive, call)  # type: ignore[arg-type]
+    assert refused.value.code == v2.FORBIDDEN
+    assert refused.value.message.startswith("app may not Sub on Group:g (ReceiveMessage)")
