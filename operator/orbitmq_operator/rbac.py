@@ -17,11 +17,17 @@ Least privilege, derived from what the code calls (``reconcile/``, ``handlers/``
   name-server pod IPs), deleted one at a time by the roll. **PersistentVolumeClaims**: listed and
   patched (a grown ``storage.size``).
 * **Events**: created (kopf posts them; it never patches one).
-* **Secrets** (``reconcile/secrets.py``): read and created, never listed, patched or deleted:
+* **Secrets** (``reconcile/secrets.py``): read and created, never listed or deleted:
   a cluster's operator user ``<cluster>-operator-user`` and a generated ``OrbitMQUser``'s
   credentials are made once and read afterwards (owner references delete them), and a user's
   own Secret (``spec.authentication.secretName``) is read. ``orbitmqusers/finalizers``
   ``update``: a generated Secret's owner reference blocks the user's deletion (see clusters').
+  With TLS (``reconcile/certificates.py``) also patched, by server-side apply: the operator's
+  CA ``<cluster>-ca``, the clients' bundle ``<cluster>-ca-cert`` and the server certificate
+  ``<cluster>-tls`` are written when made or renewed; a ``secretName`` Secret is only read.
+* **cert-manager Certificates** (``cert-manager.io``): applied (``get``, ``create``,
+  ``patch``) for a cluster whose ``spec.security.tls.issuer`` names an issuer; cert-manager
+  itself writes the Secret.
 * **Peering** (``kopf.dev``, see :mod:`orbitmq_operator.peering`): ``KopfPeering`` objects in
   the watched namespaces, or the ``ClusterKopfPeering`` when watching all of them: listed,
   read, watched, patched (keep-alives in their status); never created: the chart owns them and
@@ -81,7 +87,8 @@ def namespaced_rules(*, clusterwide: bool = False) -> list[Rule]:
         _rule("", ["pods"], ["list", "watch", "delete"]),
         _rule("", ["persistentvolumeclaims"], ["list", "patch"]),
         _rule("", ["events"], ["create"]),
-        _rule("", ["secrets"], ["get", "create"]),
+        _rule("", ["secrets"], ["get", "create", "patch"]),
+        _rule("cert-manager.io", ["certificates"], ["get", "create", "patch"]),
         _rule(GROUP, [f"{USERS}/finalizers"], ["update"]),
     ]
     if not clusterwide:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from orbitmq_operator.builders import auth, broker_settings, common, names
+from orbitmq_operator.builders import auth, broker_settings, common, names, tls
 from orbitmq_operator.builders.common import Cluster, Manifest
 from orbitmq_operator.spec import RetentionPolicy
 
@@ -147,7 +147,7 @@ def broker_command(cluster: Cluster, group: int) -> list[str]:
         names.broker_group(cluster.name, group),
         "--broker-id-from-hostname",
         "--advertise-addr",
-        f"$(POD_IP):{names.BROKER_PORT}",  # IPv4 pods; an IPv6 address would need brackets
+        tls.broker_advertise(cluster, group),
     ]
 
 
@@ -160,6 +160,7 @@ def _pod_spec(cluster: Cluster, group: int) -> dict[str, Any]:
         "command": broker_command(cluster, group),
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            *([tls.POD_NAME_ENV] if tls.enabled(cluster) else []),
             *auth.server_env(cluster, "ORBITMQ_BROKER_"),
         ],
         "ports": [common.tcp_port("grpc", names.BROKER_PORT), common.tcp_port("metrics", spec.metrics.port)],
@@ -174,7 +175,7 @@ def _pod_spec(cluster: Cluster, group: int) -> dict[str, Any]:
     resources = common.container_resources(spec.brokers.resources)
     if resources:
         container["resources"] = resources
-    return common.with_user_pod_settings(
+    pod = common.with_user_pod_settings(
         cluster,
         {
             "automountServiceAccountToken": False,  # see nameservers._pod_spec
@@ -189,3 +190,4 @@ def _pod_spec(cluster: Cluster, group: int) -> dict[str, Any]:
             ],
         },
     )
+    return tls.with_tls(cluster, pod)

@@ -127,6 +127,41 @@ def namesrv_service_address(cluster: str, namespace: str) -> str:
     return f"{namesrv(cluster)}.{namespace}.{CLUSTER_DOMAIN_SUFFIX}:{NAMESRV_PORT}"
 
 
+# -- TLS (spec.security.tls) --
+
+TLS_VOLUME = "tls"
+TLS_MOUNT = "/var/run/orbitmq/tls"
+"""Where every orbitmq pod finds its TLS files (a Secret volume: the kubelet swaps the files in
+place when the Secret changes, and the servers re-read them before the next handshake)."""
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+CA_CERT = "ca.crt"
+CA_KEY = "ca.key"
+"""Keys of the TLS Secrets, as cert-manager and ``kubectl create secret tls`` name them."""
+
+
+def ca_secret(cluster: str) -> str:
+    """``<cluster>-ca``: the operator's CA of the cluster (``ca.crt``, ``ca.key``); its own."""
+    return f"{cluster}-ca"
+
+
+def ca_cert_secret(cluster: str) -> str:
+    """``<cluster>-ca-cert``: what clients mount (``ca.crt`` only: the CAs to trust)."""
+    return f"{cluster}-ca-cert"
+
+
+def tls_secret(cluster: str) -> str:
+    """``<cluster>-tls``: the server certificate of every pod (``tls.crt``, ``tls.key``,
+    ``ca.crt``), made by the operator or by cert-manager."""
+    return f"{cluster}-tls"
+
+
+def broker_pod_host(cluster: str, namespace: str, group: int, pod: str) -> str:
+    """A broker pod's stable DNS name, through its group's headless Service: what brokers
+    advertise under TLS (a certificate cannot name a pod IP it does not know in advance)."""
+    return f"{pod}.{broker_group(cluster, group)}.{namespace}.{CLUSTER_DOMAIN_SUFFIX}"
+
+
 def namesrv_pod_addresses(cluster: str, namespace: str, replicas: int) -> list[str]:
     """Each name-server pod's stable DNS name: what brokers register with.
 

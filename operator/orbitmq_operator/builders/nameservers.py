@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orbitmq_operator.builders import auth, common, names
+from orbitmq_operator.builders import auth, common, names, tls
 from orbitmq_operator.builders.common import Cluster, Manifest
 
 CONTAINER = "namesrv"
@@ -90,7 +90,7 @@ def namesrv_command(metrics_port: int) -> list[str]:
 
 def _pod_spec(cluster: Cluster) -> dict[str, Any]:
     spec = cluster.spec
-    return common.stateless_pod_spec(
+    pod = common.stateless_pod_spec(
         cluster,
         names.NAMESRV,
         container=CONTAINER,
@@ -101,3 +101,4 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         termination_grace_s=TERMINATION_GRACE_S,
         env=auth.server_env(cluster, "ORBITMQ_NAMESRV_"),
     )
+    return tls.with_tls(cluster, pod)

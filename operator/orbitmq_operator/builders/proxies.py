@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orbitmq_operator.builders import auth, common, names
+from orbitmq_operator.builders import auth, common, names, tls
 from orbitmq_operator.builders.common import Cluster, Manifest
 
 CONTAINER = "proxy"
@@ -91,7 +91,7 @@ def proxy_command(cluster: Cluster) -> list[str]:
 
 
 def _pod_spec(cluster: Cluster) -> dict[str, Any]:
-    return common.stateless_pod_spec(
+    pod = common.stateless_pod_spec(
         cluster,
         names.PROXY,
         container=CONTAINER,
@@ -102,3 +102,4 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         termination_grace_s=TERMINATION_GRACE_S,
         env=auth.server_env(cluster, "ORBITMQ_PROXY_"),
     )
+    return tls.with_tls(cluster, pod)

@@ -28,8 +28,9 @@ from lightkube.resources.core_v1 import Pod
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 from orbitmq_operator.builders import Cluster, SpecError, desired_objects, names, proxies
 from orbitmq_operator.builders.changes import surplus_broker_groups
-from orbitmq_operator.reconcile import apply, drain, rolling
+from orbitmq_operator.reconcile import apply, certificates, conditions, drain, rolling
 from orbitmq_operator.reconcile.access import PLAINTEXT, Access, cluster_access
+from orbitmq_operator.reconcile.certificates import TlsProblem
 from orbitmq_operator.reconcile.cluster_status import (
     MemberState,
     Observed,
@@ -86,12 +87,17 @@ async def reconcile_cluster(
         generation = int(meta.get("generation", 0))
         status = invalid_status(str(error), generation, previous, now_rfc3339())
         return Outcome(status, [Event("InvalidSpec", f"{error}; nothing applied", warning=True)], error=error)
-    access = await cluster_access(client, cluster.namespace, cluster.name, cluster.spec)
+    try:
+        secured = await certificates.ensure_tls(client, cluster)
+        access = await cluster_access(client, cluster.namespace, cluster.name, cluster.spec)
+    except TlsProblem as problem:
+        return tls_problem_outcome(cluster, problem, previous)
     current = await apply.existing_objects(client, cluster)
     result = await apply.apply_objects(client, cluster, desired, current)
     leftovers = apply.prunable_leftovers(desired, current, proxies.PRUNABLE)
     await apply.prune_objects(client, cluster, leftovers, result)
-    events = _apply_events(result)
+    events = [Event(reason, message, warning) for reason, message, warning in secured.events]
+    events += _apply_events(result)
     surplus = surplus_broker_groups(cluster, current.values())
     drains = drain.DrainOutcome()
     if namesrv is not None and (surplus or previous.get("drains")):
@@ -121,6 +127,18 @@ async def reconcile_cluster(
     status["drains"] = drains.drains
     status["rollingUpdates"] = rolling.rolling_status(rolls.decisions)
     return Outcome(status, events, result)
+
+
+def tls_problem_outcome(cluster: Cluster, problem: TlsProblem, previous: Mapping[str, Any]) -> Outcome:
+    """TLS Secrets the cluster cannot start with: nothing is applied (running pods keep the
+    certificate they have); the conditions name the Secret and the rule, ``Progressing`` while
+    cert-manager is issuing, ``Degraded`` when the user must act."""
+    verdict = conditions.waiting if problem.waiting else conditions.refused
+    status = conditions.generation_status(
+        verdict(problem.reason, problem.message), cluster.generation, previous, now_rfc3339()
+    )
+    event = Event(problem.reason.value, f"{problem.message}; nothing applied", warning=not problem.waiting)
+    return Outcome(status, [event])
 
 
 def _apply_events(result: apply.ApplyResult) -> list[Event]:
@@ -158,7 +176,9 @@ async def observe(
     for index in range(cluster.spec.brokers.groups):
         name = names.broker_group(cluster.name, index)
         running = sorted((pod, ip) for pod, ip in pods.get(index, {}).items() if ip)
-        members = await asyncio.gather(*(ha_state(pod, ip, access) for pod, ip in running))
+        members = await asyncio.gather(
+            *(ha_state(pod, ip, access, access.broker_host(name, pod)) for pod, ip in running)
+        )
         groups.append(
             ObservedGroup(
                 name,
@@ -193,10 +213,13 @@ async def broker_pods(client: AsyncClient, cluster: Cluster) -> dict[int, dict[s
     return found
 
 
-async def ha_state(pod: str, ip: str, access: Access = PLAINTEXT) -> MemberState | None:
-    """A broker pod's role and epoch, None when it does not answer in time."""
+async def ha_state(
+    pod: str, ip: str, access: Access = PLAINTEXT, server_name: str | None = None
+) -> MemberState | None:
+    """A broker pod's role and epoch, None when it does not answer in time; ``server_name``:
+    the name its TLS certificate holds (its DNS name)."""
     try:
-        async with access.channel(f"{ip}:{names.BROKER_PORT}") as channel:
+        async with access.channel(f"{ip}:{names.BROKER_PORT}", server_name) as channel:
             state = await broker_pb2_grpc.BrokerStub(channel).GetHaState(
                 broker_pb2.GetHaStateRequest(), timeout=HA_STATE_TIMEOUT_S
             )

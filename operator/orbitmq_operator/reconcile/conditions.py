@@ -37,6 +37,7 @@ class Reason(StrEnum):
     AUTHENTICATION_DISABLED = "AuthenticationDisabled"
     SECRET_NOT_FOUND = "SecretNotFound"
     INVALID_SECRET = "InvalidSecret"
+    CERTIFICATE_PENDING = "CertificatePending"
 
 
 @dataclass(frozen=True)

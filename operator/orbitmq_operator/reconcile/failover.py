@@ -33,13 +33,18 @@ def member_address(ip: str | None) -> str | None:
     return f"{ip}:{names.BROKER_PORT}" if ip else None
 
 
-def sync_members(failover: BrokerGroupFailover, pods: GroupPods) -> None:
+def sync_members(
+    failover: BrokerGroupFailover, pods: GroupPods, group: str = "", access: Access = PLAINTEXT
+) -> None:
     """Bring ``failover.members`` in line with ``pods``: new pods join, addresses follow the
-    pods, members whose pod is gone leave (their state goes with them)."""
+    pods, members whose pod is gone leave (their state goes with them). With TLS a member is
+    dialled at its pod IP, checked for its DNS name, and known to the others by that name."""
     known = {m.name: m for m in failover.members}
     failover.members = [known.get(pod) or GroupMember(pod, None) for pod in sorted(pods)]
     for member in failover.members:
         member.address = member_address(pods[member.name])
+        member.server_name = access.broker_host(group, member.name)
+        member.advertised = f"{member.server_name}:{names.BROKER_PORT}" if member.server_name else None
 
 
 def wanted_groups(pods_by_group: Mapping[str, GroupPods], cluster: str, groups: int) -> dict[str, GroupPods]:
@@ -74,7 +79,7 @@ class ClusterFailover:
                 failover = self.groups[group] = BrokerGroupFailover([], master_role, policy)
             failover.master_role, failover.policy = master_role, policy
             failover.tls, failover.credentials = access.tls, access.credentials
-            sync_members(failover, pods)
+            sync_members(failover, pods, group, access)
 
     async def step(self, now_ms: int) -> dict[str, Decision]:
         """One observe-decide-act step of every group; the decisions that did something."""

@@ -59,14 +59,21 @@ class _GroupPods:
     """Pod name -> broker address, for Ready pods."""
 
 
-async def _ha_state(address: str, access: Access) -> broker_pb2.HaState | None:
+async def _ha_state(address: str, access: Access, server_name: str | None) -> broker_pb2.HaState | None:
     try:
-        async with access.channel(address) as channel:
+        async with access.channel(address, server_name) as channel:
             return await broker_pb2_grpc.BrokerStub(channel).GetHaState(
                 broker_pb2.GetHaStateRequest(), timeout=HA_STATE_TIMEOUT_S
             )
     except grpc.aio.AioRpcError:
         return None
+
+
+def _known_as(access: Access, group: str, pod: str, addresses: dict[str, str]) -> str:
+    """The address its master reports a slave pod by: its advertised DNS name with TLS, else
+    the pod address the operator dials."""
+    host = access.broker_host(group, pod)
+    return f"{host}:{names.BROKER_PORT}" if host else addresses[pod]
 
 
 def _is_ready(pod: Pod) -> bool:
@@ -98,7 +105,13 @@ async def observe_group(
     rolling = not update_revision or any(r != update_revision for r in revisions.values())
     asked = addresses if rolling else {}  # an up-to-date group costs no broker calls
     states = dict(
-        zip(asked, await asyncio.gather(*(_ha_state(a, access) for a in asked.values())), strict=True)
+        zip(
+            asked,
+            await asyncio.gather(
+                *(_ha_state(a, access, access.broker_host(name, p)) for p, a in asked.items())
+            ),
+            strict=True,
+        )
     )
     master = next((s for s in states.values() if s is not None and s.role != "SLAVE"), None)
     streaming = {s.address for s in master.slaves if s.lag_bytes <= SWITCHOVER_LAG_BYTES} if master else set()
@@ -112,7 +125,9 @@ async def observe_group(
                 revisions[pod],
                 pod in addresses,
                 state.role if state is not None else None,
-                state is not None and state.role == "SLAVE" and addresses[pod] in streaming,
+                state is not None
+                and state.role == "SLAVE"
+                and _known_as(access, name, pod, addresses) in streaming,
             )
         )
     return _GroupPods(update_revision, replicas, pods, addresses)
@@ -160,7 +175,11 @@ async def _switchover(
     outcome: RollOutcome,
     access: Access,
 ) -> RollDecision:
-    members = [GroupMember(pod, address) for pod, address in sorted(addresses.items())]
+    members = []
+    for pod, address in sorted(addresses.items()):
+        host = access.broker_host(decision.group, pod)
+        advertised = f"{host}:{names.BROKER_PORT}" if host else None
+        members.append(GroupMember(pod, address, server_name=host, advertised=advertised))
     failover = BrokerGroupFailover(
         members,
         cluster.spec.brokers.replication_mode.value,

@@ -61,6 +61,15 @@ class GroupMember:
     last_seen_ms: int = 0
     server_name: str | None = None
     """The name its TLS certificate holds when ``address`` is an IP (a pod's DNS name)."""
+    advertised: str | None = None
+    """The address it advertises when that is not ``address`` (a DNS name its certificate
+    holds, while the caller dials its IP): what its slaves are told to follow and what its
+    master reports it as."""
+
+    @property
+    def known_as(self) -> str | None:
+        """The address other brokers know it by."""
+        return self.advertised or self.address
 
     @property
     def is_master(self) -> bool:
@@ -147,7 +156,7 @@ class BrokerGroupFailover:
             return None
         master = self.live_master()
         connected = {s.address for s in master.state.slaves} if master and master.state else set()
-        streaming = {m.name for m in self.members if m.address in connected}
+        streaming = {m.name for m in self.members if m.known_as in connected}
         decision = switchover(observed, now_ms, self.policy, max_lag_bytes, streaming)
         if decision.nothing or decision.promote is None:
             return decision
@@ -157,7 +166,10 @@ class BrokerGroupFailover:
         await self._change(
             old,
             broker_pb2.ChangeRoleRequest(
-                role="SLAVE", epoch=decision.epoch, broker_id=self.free_slave_id(), master_addr=chosen.address
+                role="SLAVE",
+                epoch=decision.epoch,
+                broker_id=self.free_slave_id(),
+                master_addr=chosen.known_as or "",
             ),
         )
         if not await self._caught_up(chosen, old, catch_up_timeout_s):
@@ -263,7 +275,7 @@ class BrokerGroupFailover:
                         role="SLAVE",
                         epoch=decision.epoch,
                         broker_id=self.free_slave_id(),
-                        master_addr=master.address or "",
+                        master_addr=master.known_as or "",
                     ),
                 )
 
