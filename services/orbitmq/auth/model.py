@@ -241,8 +241,9 @@ class User(_Document):
     """A user: its username is the access key, its password the secret signatures are keyed by."""
 
     username: str
-    password: str = Field(repr=False)
-    """The secret; never logged (``repr`` hides it) and never sent by a client (it signs with it)."""
+    password: str = Field("", repr=False, validate_default=True)
+    """The secret; never logged (``repr`` hides it) and never sent by a client (it signs with it).
+    Missing is refused like empty, naming the rule rather than pydantic's "Field required"."""
     user_type: UserType = Field(UserType.NORMAL, alias="userType")
     user_status: UserStatus = Field(UserStatus.ENABLE, alias="userStatus")
 
@@ -253,11 +254,13 @@ class User(_Document):
             raise ValueError(f"username {value!r} breaks the rule {USERNAME_RULE}")
         return value
 
-    @field_validator("password")
+    @field_validator("password", mode="before")
     @classmethod
-    def _check_password(cls, value: str) -> str:
-        if not value or not value.strip():
+    def _check_password(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
             raise ValueError("a user needs a non-empty secret (password): requests are signed with it")
+        if not isinstance(value, str):
+            raise ValueError(f"the secret (password) is a string, not {type(value).__name__}")
         return value
 
     @property
@@ -343,18 +346,25 @@ class Acl(_Document):
     def _check_overlaps(self) -> Acl:
         if not self.policies:
             raise ValueError(f"ACL of {self.subject}: policies is empty")
-        first_seen: dict[tuple[PolicyType, Resource], str] = {}
+        first_seen: dict[tuple[PolicyType, Resource], tuple[str, Decision]] = {}
         for p, policy in enumerate(self.policies):
             for e, entry in enumerate(policy.entries):
                 where = f"policies[{p}].entries[{e}]"
                 key = (policy.policy_type, entry.resource)
                 if key in first_seen:
+                    earlier, decision = first_seen[key]
+                    conflict = (
+                        f", one {decision.value}, one {entry.decision.value}: which wins would depend on "
+                        "their order"
+                        if decision is not entry.decision
+                        else ""
+                    )
                     raise ValueError(
-                        f"ACL of {self.subject}: overlapping rules: {where} and {first_seen[key]} both "
-                        f"name {entry.resource} in {policy.policy_type.value} policies "
+                        f"ACL of {self.subject}: overlapping rules: {where} and {earlier} both "
+                        f"name {entry.resource} in {policy.policy_type.value} policies{conflict} "
                         "(one entry per resource: merge their actions and source IPs)"
                     )
-                first_seen[key] = where
+                first_seen[key] = (where, entry.decision)
         return self
 
     @property

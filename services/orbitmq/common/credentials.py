@@ -7,8 +7,9 @@ hot path for all calls), while a wrapper adds the three ``x-orbitmq-*`` headers 
 Stubs built on a :class:`SignedChannel` sign each call with its own method and the current time.
 
 The request id is what a server's audit line and its refusal message name, so that a client's
-log and the server's audit trail meet: this process's random prefix and a counter (0.2 us, a
-random UUID per call would be 2 us), unique enough across clients to find one call in a log.
+log and the server's audit trail meet: this process's random prefix and a counter (measured
+0.1-0.5 us on a 1.7-2.3 us signature; a random UUID per call costs 1.5-3.5 us), unique enough
+across clients to find one call in a log.
 """
 
 from __future__ import annotations

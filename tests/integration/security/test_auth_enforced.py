@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +32,7 @@ from orbitmq.client.channels import Channels
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer, TransactionProducer
 from orbitmq.client.pull_consumer import PullConsumer
-from orbitmq.common.credentials import Credentials
+from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.guard import AuthUsersError, load_users_file
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.settings import SettingsError, load_settings
@@ -407,3 +409,28 @@ def test_namesrv_with_auth_but_no_super_user_exits_naming_the_flag() -> None:
     assert refused.returncode == 2
     assert "auth_enabled needs a bootstrap super user" in refused.stderr
     assert "[from flag --auth-enabled]" in refused.stderr
+
+
+async def test_every_audit_line_carries_the_request_id_the_refusal_names(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client library sends x-orbitmq-request-id on each signed call; a call without one
+    (anonymous) gets one made by the server. Either is in the refusal and in its audit line."""
+    app = Credentials(APP, APP_SECRET)
+    with caplog.at_level(logging.WARNING, logger="orbitmq.audit"):
+        async with signed(grpc.aio.insecure_channel(cluster.address), app) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as denied:  # no grant on topic "orders"
+                await nameserver_pb2_grpc.NameServerStub(channel).QueryRoute(
+                    nameserver_pb2.QueryRouteRequest(topic="orders"), timeout=5
+                )
+        anonymous = await _route(cluster.address, None)
+    ids = [re.search(r"\(request id ([0-9a-f-]+)\)", e.details() or "") for e in (denied.value, anonymous)]
+    assert ids[0] is not None and ids[1] is not None, (denied.value.details(), anonymous.details())
+    client_id, server_id = ids[0][1], ids[1][1]
+    assert re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]+", client_id)  # the client's: process prefix and count
+    assert re.fullmatch(r"[0-9a-f]{16}", server_id)  # made by the name server
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "orbitmq.audit"]
+    events = {line["request_id"]: line for line in lines}
+    assert events[client_id]["kind"] == "denied" and events[client_id]["who"] == APP
+    assert events[server_id]["kind"] == "authentication_failed"
+    assert all(e["request_id"] for e in events.values())

@@ -112,7 +112,9 @@ def test_resource_keys_parse_and_print_back(key: str, resource: Resource) -> Non
     [
         ({"username": "app", "password": ""}, "password", "non-empty secret"),
         ({"username": "app", "password": "   "}, "password", "non-empty secret"),
-        ({"username": "app"}, "password", "Field required"),
+        ({"username": "app"}, "password", "non-empty secret"),
+        ({"username": "app", "password": None}, "password", "non-empty secret"),
+        ({"username": "app", "password": 7}, "password", "is a string, not int"),
         ({"username": "a b", "password": "x"}, "username", "breaks the rule"),
         ({"username": "", "password": "x"}, "username", "breaks the rule"),
         ({"username": "app", "password": "x", "userType": "Admin"}, "userType", "'Super' or 'Normal'"),
@@ -177,6 +179,8 @@ def test_the_same_resource_twice_in_one_policy_type_is_an_overlap(second: dict[s
     (line,) = _refusal(Acl, document)
     assert "overlapping rules: policies[1].entries[0] and policies[0].entries[0]" in line
     assert "Topic:orders" in line and "merge" in line
+    conflict = "one Allow, one Deny: which wins would depend on their order"
+    assert (conflict in line) is (second["decision"] == "Deny"), line
 
 
 def test_patterns_covering_the_same_names_and_other_policy_types_are_not_overlaps() -> None:
