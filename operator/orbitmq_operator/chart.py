@@ -208,6 +208,24 @@ def values_schema() -> Schema:
                     "spec": cluster_spec,
                 }
             ),
+            "networkPolicy": _obj(
+                {
+                    "enabled": {"type": "boolean"},
+                    "clientNamespaceSelector": {
+                        "description": "Namespaces whose pods may reach the client ports (a "
+                        "namespaceSelector; empty: only the release's namespace).",
+                        "type": "object",
+                    },
+                    "metrics": _obj(
+                        {
+                            "from": {
+                                "description": "NetworkPolicyPeers that may scrape the metrics port.",
+                                **free_list,
+                            }
+                        }
+                    ),
+                }
+            ),
             "topics": {"type": "array", "items": _resource_item(structural_schema(TopicSpec), "topicName")},
             "consumerGroups": {
                 "type": "array",

@@ -49,6 +49,9 @@ Schema = dict[str, Any]
 
 _LEADING_KEYS = ("type", "description")
 _DROPPED_KEYS = frozenset({"title"})
+_ABSENT = "x-orbitmq-absent-by-default"
+"""Marks, while converting, an optional sub-object whose default is None: it stays absent rather
+than being defaulted to its fields' defaults (which may leave its required fields unset)."""
 """Pydantic's titles repeat the field name; ``kubectl explain`` shows descriptions instead."""
 
 
@@ -289,6 +292,8 @@ def _convert(node: Schema, defs: dict[str, Schema]) -> Schema:
     if "properties" in out:
         out["type"] = "object"
         _default_sub_objects(out, node.get("required", ()))
+        for child in out["properties"].values():
+            child.pop(_ABSENT, None)
     if out.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
         out.setdefault("type", "object")
     return _ordered(out)
@@ -310,6 +315,7 @@ def _resolve(node: Schema, defs: dict[str, Schema]) -> Schema:
             raise ValueError(f"only 'X | None' unions map onto a structural schema: {branches}")
         if node.get("default", ...) is None:
             del node["default"]  # absent, not null: the API server has no "null" default
+            node[_ABSENT] = True
         node = {**_resolve(branches[0], defs), **node}
     if "$ref" in node:
         name = node.pop("$ref").removeprefix("#/$defs/")
@@ -327,7 +333,7 @@ def _default_sub_objects(out: Schema, required: Any) -> None:
     CEL rules without defaulting it first, so ``{}`` would fail a rule reading its fields.
     """
     for name, child in out["properties"].items():
-        if name in required or "default" in child:
+        if name in required or "default" in child or child.get(_ABSENT):
             continue
         if child.get("type") == "object" and "properties" in child:
             child["default"] = {

@@ -43,6 +43,7 @@ BUILTIN_KINDS = (
     "ConfigMap",
     "Role",
     "Job",
+    "NetworkPolicy",
     "Pod",
 )
 """Built-in kinds the chart renders: no offline schema, validated by the API server in e2e."""

@@ -236,3 +236,14 @@ def test_the_reconciler_compares_acls_by_entry_and_finds_stale_ones() -> None:
     digest = credentials_digest("app", "pw", UserType.NORMAL)
     assert digest != credentials_digest("app", "pw2", UserType.NORMAL)
     assert digest != credentials_digest("app", "pw", UserType.SUPER) and "pw" not in digest
+
+
+def test_an_optional_sub_object_stays_absent_rather_than_defaulted() -> None:
+    """``issuer: IssuerRef | None = None`` with required fields: a default ``{}`` for it (as for
+    sub-objects with a ``default_factory``) makes the API server refuse the whole CRD."""
+    cluster = next(k for k in KINDS if k.kind == "OrbitMQCluster")
+    tls = crd(cluster)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    tls = tls["properties"]["security"]["properties"]["tls"]
+    assert "default" not in tls["properties"]["issuer"]
+    assert "issuer" not in tls["default"] and tls["default"]["enabled"] is False
+    assert "x-orbitmq-absent-by-default" not in str(crd(cluster))
