@@ -32,6 +32,7 @@ from orbitmq_operator.handlers import events
 from orbitmq_operator.handlers.clusters import RESYNC_S, write_status
 from orbitmq_operator.reconcile import conditions
 from orbitmq_operator.reconcile.access import Access, access_of
+from orbitmq_operator.reconcile.certificates import TlsProblem
 from orbitmq_operator.reconcile.cluster import now_rfc3339
 from orbitmq_operator.reconcile.conditions import Reason, Verdict
 from orbitmq_operator.reconcile.namesrv import namesrv_for
@@ -64,6 +65,15 @@ async def find_cluster(client: AsyncClient, namespace: str, name: str) -> Mappin
     return None if body["metadata"].get("deletionTimestamp") else body
 
 
+async def _access(memo: kopf.Memo, cluster: Mapping[str, Any]) -> Access:
+    """The cluster's access; TLS Secrets it cannot be reached with are a refusal naming them
+    (retried: the cluster's reconcile makes or waits for them)."""
+    try:
+        return await access_of(memo["client"], cluster)
+    except TlsProblem as problem:
+        raise ResourceRefused(problem.reason, problem.message) from None
+
+
 Apply = Callable[[str | list[str], Any, str, Access], Awaitable[Applied]]
 
 
@@ -89,7 +99,7 @@ async def apply_resource(
             refuse(Reason.CLUSTER_NOT_FOUND, message, conditions.refused(Reason.CLUSTER_NOT_FOUND, message))
             raise kopf.TemporaryError(message, delay=RETRY_S)
         namesrv = await namesrv_for(memo["client"], memo["config"], cluster)
-        access = await access_of(memo["client"], cluster)
+        access = await _access(memo, cluster)
         applied = await apply(namesrv, spec, spec.cluster, access)
     except ResourceRefused as error:
         verdict = conditions.waiting if error.retriable else conditions.refused
@@ -120,7 +130,7 @@ async def delete_resource(
         return
     try:
         namesrv = await namesrv_for(memo["client"], memo["config"], cluster)
-        access = await access_of(memo["client"], cluster)
+        access = await _access(memo, cluster)
         deleted = await delete(namesrv, name, cluster_name, access)
     except ResourceRefused as error:
         events.warning(body, error.reason, f"{error.message}; deletion retried in 30 s")
