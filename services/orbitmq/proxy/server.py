@@ -16,7 +16,8 @@ from orbitmq.auth import audit
 from orbitmq.auth.tables import AuthTables
 from orbitmq.client.channels import Channels
 from orbitmq.client.producer import Producer
-from orbitmq.common.guard import fixed, load_users_file, with_bootstrap
+from orbitmq.common.auth_sync import SyncedTables, layered_provider
+from orbitmq.common.guard import load_users_file
 from orbitmq.common.server import GrpcServer
 from orbitmq.common.tasks import TaskSet
 from orbitmq.proxy.auth import ProxyGuard
@@ -57,8 +58,10 @@ class Proxy:
             reflection_pool=reflection_pool(),
             tls=settings,
         )
-        self.guard = proxy_guard(settings)
         self.channels = Channels(settings.namesrv, credentials=cluster_credentials(settings))
+        self.auth_sync = proxy_auth_sync(settings, self.channels)
+        """The brokers' users and ACLs, fetched from the name servers (auth on); None with auth off."""
+        self.guard = proxy_guard(settings, self.auth_sync)
         self.clients = ClientRegistry()
         self.producer = Producer(
             PRODUCER_GROUP,
@@ -101,6 +104,8 @@ class Proxy:
             SERVICE_NAME, lambda s: service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, s)
         )
         try:
+            if self.auth_sync is not None:
+                await self.auth_sync.start()  # the brokers' users known before clients connect
             await self.producer.start()
             await self.transactions.start()
             self._tasks.spawn("renewals", servicer.consumers.renewals.run())
@@ -124,19 +129,35 @@ class Proxy:
             await self.grpc.stop(self.settings.grace_ms / 1000)
             await self.servicer.consumers.acks.close()  # acks still waiting for a call fail
         await self._tasks.close()
+        if self.auth_sync is not None:
+            await self.auth_sync.stop()
         await self.transactions.close()
         await self.producer.close()
         await self.channels.close()
 
 
-def proxy_guard(settings: ProxySettings) -> ProxyGuard | None:
-    """The guard of the v2 calls (None with auth off): the bootstrap super user and the users of
-    ``auth_users_file``; a bad file raises :class:`~orbitmq.common.guard.AuthUsersError`."""
+def proxy_auth_sync(settings: ProxySettings, channels: Channels) -> SyncedTables | None:
+    """What keeps a proxy with auth on in step with the users stored on the brokers: fetched
+    from the name servers as the proxy's cluster user (:func:`cluster_credentials`, always set
+    with auth on: the bootstrap super user at least)."""
+    if not settings.auth_enabled or channels.credentials is None:
+        return None
+    namesrv = ";".join(channels.namesrv_addrs)
+    return SyncedTables(namesrv, channels.tls, channels.credentials, settings.auth_sync_interval_ms / 1000)
+
+
+def proxy_guard(settings: ProxySettings, synced: SyncedTables | None) -> ProxyGuard | None:
+    """The guard of the v2 calls (None with auth off): the users of ``auth_users_file``, the
+    brokers' users over them (``synced``) and the bootstrap super user; a bad file raises
+    :class:`~orbitmq.common.guard.AuthUsersError`."""
     if not settings.auth_enabled:
         return None
     tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
-    provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
+    provider = layered_provider(tables, synced or (lambda: _NO_TABLES), settings.bootstrap_user())
     return ProxyGuard(provider, window_ms=settings.auth_window_ms)
+
+
+_NO_TABLES = AuthTables()
 
 
 async def run(settings: ProxySettings) -> None:

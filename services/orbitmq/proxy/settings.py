@@ -38,6 +38,10 @@ class ProxySettings(ServerTls, ServerAuth):
     auth_users_file: Path | None = None
     """YAML/JSON ``{"users": [...], "acls": [...]}`` (ACL 2.0 documents) of the clients' users,
     checked with auth on besides the bootstrap super user."""
+    auth_sync_interval_ms: int = Field(default=1_000, ge=100)
+    """With auth on, how often the users and ACLs stored on the brokers are fetched from the name
+    servers (as the proxy's cluster user, which must be a super user there): the longest a
+    deleted user keeps getting in. They are layered over ``auth_users_file``'s."""
     access_key: str | None = None
     """The user the proxy signs its own calls to name servers and brokers as (a super user, or
     one granted ``Pub``/``Sub`` on what its clients use and ``Get`` on ``Cluster``); unset:

@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from v2kit import Credentials, V2Cluster, message, official_producer, official_s
 from orbitmq.auth.model import Acl, User
 from orbitmq.auth.signature import mqv2_date_time, sign_mqv2
 from orbitmq.auth.tables import AuthTables
+from orbitmq.client.admin import Admin
+from orbitmq.common.credentials import Credentials as OrbitCredentials
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2 as pb
@@ -33,6 +35,10 @@ APP, APP_SECRET = "orders-app", "app-secret"
 READER, READER_SECRET = "reader", "reader-secret"
 AUTH = {"auth_enabled": True, "auth_super_user": SUPER, "auth_super_secret": SUPER_SECRET}
 TOPIC, GROUP, READER_GROUP = "SecureOrders", "app-group", "reader-group"
+SYNC_INTERVAL_MS = 200
+REVOCATION_BOUND_S = 3.0
+"""A deleted user is refused by the proxy within its sync interval plus the broker's report to
+the name server (milliseconds); the bound leaves room for a loaded machine."""
 
 
 def _acl(user: str, *entries: tuple[str, list[str]]) -> Acl:
@@ -67,8 +73,10 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     )
     users_file = tmp_path / "proxy-users.json"
     users_file.write_text(tables.model_dump_json(by_alias=True, include={"users", "acls"}))
-    # The broker knows only the super user: the proxy signs its own calls as it.
-    async with v2_cluster(tmp_path, {**AUTH, "auth_users_file": users_file}, **AUTH) as running:
+    # The broker knows only the super user: the proxy signs its own calls as it, and fetches the
+    # users stored on the brokers (none yet) from the name server.
+    proxy = {**AUTH, "auth_users_file": users_file, "auth_sync_interval_ms": SYNC_INTERVAL_MS}
+    async with v2_cluster(tmp_path, proxy, AUTH, **AUTH) as running:
         yield running
 
 
@@ -184,6 +192,42 @@ async def test_a_replayed_signature_is_refused_and_audited_with_its_request_id(
         ("authentication_failed", APP, "stale")
     ]
     assert "app-secret" not in caplog.text
+
+
+async def test_a_user_stored_on_the_brokers_reaches_the_proxy_and_its_deletion_revokes_it(
+    cluster: V2Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stored, secret = "stored-app", "stored-secret"
+    async with Admin(cluster.namesrv.address, credentials=OrbitCredentials(SUPER, SUPER_SECRET)) as admin:
+        await admin.create_user(stored, secret)
+        await admin.create_acl(_acl(stored, (f"Topic:{TOPIC}", ["Pub"])))
+
+    async def route_code() -> int:
+        signature = sign_mqv2(stored, secret, mqv2_date_time(int(time.time() * 1000)))
+        return (await _route(cluster, signature)).code
+
+    await _within(lambda: route_code(), v2.OK, REVOCATION_BOUND_S)
+    async with official_producer(
+        cluster.endpoint, [TOPIC], credentials=Credentials(stored, secret)
+    ) as producer:
+        assert (await asyncio.to_thread(producer.send, message(TOPIC, b"stored user"))).message_id
+
+    async with Admin(cluster.namesrv.address, credentials=OrbitCredentials(SUPER, SUPER_SECRET)) as admin:
+        deleted = time.monotonic()
+        await admin.delete_user(stored)
+    after_s = await _within(lambda: route_code(), v2.UNAUTHORIZED, REVOCATION_BOUND_S)
+    with capsys.disabled():
+        print(f"\nproxy revocation: refused {after_s * 1000:.0f} ms after the delete answered")
+    assert time.monotonic() - deleted < REVOCATION_BOUND_S + 1
+
+
+async def _within(code: Callable[[], Awaitable[int]], expected: int, bound_s: float) -> float:
+    """Seconds until ``code()`` answers ``expected``; fails past ``bound_s``."""
+    started = time.monotonic()
+    while (got := await code()) != expected:
+        assert time.monotonic() - started < bound_s, f"still {v2.Code.Name(got)} after {bound_s} s"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
 
 
 def test_a_half_given_cluster_credential_is_refused_naming_both() -> None:

@@ -119,9 +119,14 @@ class V2Cluster:
 
 @contextlib.asynccontextmanager
 async def v2_cluster(
-    root: Path, proxy_overrides: dict[str, Any] | None = None, **broker_overrides: Any
+    root: Path,
+    proxy_overrides: dict[str, Any] | None = None,
+    namesrv_overrides: dict[str, Any] | None = None,
+    **broker_overrides: Any,
 ) -> AsyncIterator[V2Cluster]:
-    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
+    namesrv = NameServer(
+        NameServerSettings(listen="127.0.0.1:0", metrics_listen=None, **(namesrv_overrides or {}))
+    )
     await namesrv.start()
     broker = await start_broker(
         root / "broker-a", namesrv=namesrv.address, broker_name="broker-a", **broker_overrides
