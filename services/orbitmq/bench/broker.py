@@ -41,8 +41,10 @@ QUEUES = 4
 class Process:
     """A child process that prints ``... listening on ADDRESS ...`` once it is serving."""
 
-    def __init__(self, args: list[str]) -> None:
-        self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.popen = subprocess.Popen(
+            args, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env
+        )
         assert self.popen.stdout is not None
         line = self.popen.stdout.readline()
         if "listening on " not in line:
@@ -70,7 +72,7 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "orbitmq.cli.main", *args]
 
 
-def broker_process(data: Path, *extra: str, namesrv: str = "") -> Process:
+def broker_process(data: Path, *extra: str, namesrv: str = "", env: dict[str, str] | None = None) -> Process:
     """A broker child process on ``data`` with an ephemeral port and no metrics port."""
     return Process(
         cli(
@@ -84,7 +86,8 @@ def broker_process(data: Path, *extra: str, namesrv: str = "") -> Process:
             "--namesrv",
             namesrv,
             *extra,
-        )
+        ),
+        env,
     )
 
 

@@ -33,12 +33,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 from tqdm import tqdm
 
 from orbitmq.bench.broker import Process, broker_process, cli, drain_queue
 from orbitmq.bench.figures import Figure
+from orbitmq.bench.secure import SecureSetup
 from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumeStatus
@@ -52,7 +54,11 @@ QUEUES = 8
 BODY = 1024
 
 
-def _produce(namesrv: str, topic: str, count: int) -> subprocess.Popen[bytes]:
+def _produce(
+    namesrv: str, topic: str, count: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``orbitmq produce`` of ``count`` 1 KiB messages in batches of 128 (``env``: the child's
+    environment, e.g. TLS and credentials; default this process's)."""
     return subprocess.Popen(
         cli(
             "produce",
@@ -69,6 +75,7 @@ def _produce(namesrv: str, topic: str, count: int) -> subprocess.Popen[bytes]:
             "--json",
         ),
         stdout=subprocess.DEVNULL,
+        env=env,
     )
 
 
@@ -99,9 +106,16 @@ def _cpu_s(pid: int | None = None) -> float:
 
 
 async def _consume(
-    namesrv: str, topic: str, group: str, total: int, label: str, during: Callable[[], object] | None = None
+    namesrv: str,
+    topic: str,
+    group: str,
+    total: int,
+    label: str,
+    during: Callable[[], object] | None = None,
+    **client: Any,
 ) -> float:
-    """Seconds from consumer start until ``total`` messages were consumed."""
+    """Seconds from consumer start until ``total`` messages were consumed (``client``: more
+    keywords of the consumer, e.g. ``tls`` and ``credentials``)."""
     done = asyncio.Event()
     seen = 0
     bar = tqdm(total=total, desc=label, unit="msg", unit_scale=True, leave=False, file=sys.stderr)
@@ -114,7 +128,9 @@ async def _consume(
             done.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer(group, namesrv, listener=listener, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    consumer = PushConsumer(
+        group, namesrv, listener=listener, consume_from=ConsumeFromWhere.FIRST_OFFSET, **client
+    )
     consumer.subscribe(topic)
     started = time.perf_counter()
     if during is not None:
@@ -270,13 +286,19 @@ def run(
 
 
 @contextmanager
-def cluster(name: str, work_dir: Path | None) -> Iterator[tuple[Process, Process]]:
-    """A name server and a broker as child processes on a temporary store."""
+def cluster(
+    name: str, work_dir: Path | None, secure: SecureSetup | None = None
+) -> Iterator[tuple[Process, Process]]:
+    """A name server and a broker as child processes on a temporary store; with ``secure``,
+    both serve TLS with its certificate and have auth on with its super user."""
     data = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-{name}-", dir=work_dir))
-    namesrv = Process(cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", ""))
+    env = secure.server_env() if secure else None
+    namesrv_flags = secure.server_flags("namesrv") if secure else []
+    namesrv = Process(cli("namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", "", *namesrv_flags), env)
     broker = None
     try:
-        broker = broker_process(data, namesrv=namesrv.address)
+        broker_flags = secure.server_flags("broker") if secure else []
+        broker = broker_process(data, *broker_flags, namesrv=namesrv.address, env=env)
         yield namesrv, broker
     finally:
         if broker is not None:

@@ -84,12 +84,29 @@ def bench_store(
 @click.option(
     "--replication", is_flag=True, help="Instead: SYNC_MASTER vs ASYNC_MASTER sends and slave catch-up."
 )
-def bench_send(as_json: bool, messages: int, work_dir: Path | None, replication: bool) -> None:
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Instead: a broker with TLS, authentication and authorization against one without, "
+    "alternating rounds; also the TLS handshake and the checks' per-call cost.",
+)
+def bench_send(as_json: bool, messages: int, work_dir: Path | None, replication: bool, secure: bool) -> None:
     """Broker send/pull figures against a bare gRPC echo server (also: orbitmq bench pull)."""
     from orbitmq.bench.figures import emit
     from orbitmq.cli.progress import activity, wanted
 
+    if replication and secure:
+        raise click.UsageError("--replication and --secure are separate runs: give one")
     with activity("benchmarking the broker", enabled=wanted(as_json)) as echo:
+        if secure:
+            from orbitmq.bench.secure import SecureSetupError
+            from orbitmq.bench.secure_send import run as run_secure
+
+            try:
+                run_secure(lambda f: emit(f, as_json, echo), messages=messages, work_dir=work_dir)
+            except SecureSetupError as error:
+                raise click.UsageError(str(error)) from None
+            return
         if replication:
             from orbitmq.bench.replication import run as run_replication
 
@@ -139,6 +156,12 @@ def bench_sidecar(as_json: bool, messages: int, max_in_flight: int, work_dir: Pa
     "--consume-only", is_flag=True, help="Only the drain of --messages (e2e_consume and its CPU per message)."
 )
 @click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Instead: a cluster with TLS, authentication and authorization against one without, "
+    "alternating rounds (batched produce, consume, send latency; --messages and --latency-seconds).",
+)
 def bench_e2e(
     as_json: bool,
     messages: int,
@@ -147,13 +170,30 @@ def bench_e2e(
     rss_seconds: float,
     consume_only: bool,
     work_dir: Path | None,
+    secure: bool,
 ) -> None:
     """Producers and push consumers end to end: throughput, latency, consumer memory."""
     from orbitmq.bench.e2e import run
     from orbitmq.bench.figures import emit
     from orbitmq.cli.progress import activity, wanted
 
+    if secure and consume_only:
+        raise click.UsageError("--consume-only and --secure are separate runs: give one")
     with activity("benchmarking end to end", enabled=wanted(as_json)) as echo:
+        if secure:
+            from orbitmq.bench.secure import SecureSetupError
+            from orbitmq.bench.secure_e2e import run as run_secure
+
+            try:
+                run_secure(
+                    lambda f: emit(f, as_json, echo),
+                    messages=messages,
+                    latency_s=latency_seconds,
+                    work_dir=work_dir,
+                )
+            except SecureSetupError as error:
+                raise click.UsageError(str(error)) from None
+            return
         run(
             lambda f: emit(f, as_json, echo),
             messages=messages,
