@@ -34,6 +34,8 @@ class Stamp(NamedTuple):
     milliseconds apart; a broker group that missed a change (it was down) has an older stamp and
     loses. What this cannot order is two different changes made on two groups closer together
     than the skew of their clocks; NTP keeps that to milliseconds, and the next change settles it.
+    Tables written before stamps existed have ``changed_ms`` 0: among those the digest alone
+    decides (arbitrary but the same on every name server) until the next change.
     """
 
     changed_ms: int

@@ -23,15 +23,17 @@ class NameServerSettings(ServerTls, ServerAuth):
     :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given. Auth
     (``auth_enabled``, the bootstrap super user) from :class:`~orbitmq.common.guard.ServerAuth`.
 
-    Users and ACLs are stored on brokers; a name server has none of its own (RocketMQ's has no
-    ACL at all), so with auth on it knows the bootstrap super user (brokers register as it) and
-    the users of ``auth_users_file``, e.g. a read-only user for route queries."""
+    Users and ACLs are stored on brokers, which send them with their registrations
+    (:mod:`orbitmq.nameserver.auth_tables`): with auth on, a name server decides with those, over
+    the users of ``auth_users_file`` (optional: users only the name server knows, e.g. a route
+    reader), and with the bootstrap super user (brokers register as it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     auth_users_file: Path | None = None
     """YAML/JSON ``{"users": [...], "acls": [...]}`` (RocketMQ ACL 2.0 documents) checked with auth
-    on, besides the bootstrap super user; read at start."""
+    on, besides the brokers' users (a username both have is the brokers') and the bootstrap super
+    user; read at start."""
 
     listen: str = "0.0.0.0:9876"
     """gRPC address for brokers and clients (RocketMQ's name server port 9876)."""

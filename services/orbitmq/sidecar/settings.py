@@ -48,7 +48,8 @@ class SidecarSettings(ServerTls, ServerAuth):
     certificate is given (applications reach it over localhost). The sidecar's consumer reaches
     the cluster as any orbitmq client does, over TLS when ``ORBITMQ_TLS_*`` says so, signing as
     ``ORBITMQ_ACCESS_KEY``. Auth toward the applications (``auth_enabled``, the bootstrap super
-    user) from :class:`~orbitmq.common.guard.ServerAuth`; their users in ``auth_users_file``."""
+    user) from :class:`~orbitmq.common.guard.ServerAuth`; their users are the brokers' (fetched from
+    the name servers every ``auth_sync_interval_ms``) over those of ``auth_users_file``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -11,17 +11,24 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from clusterkit import Cluster, eventually
 
 from orbitmq.auth.tables import AuthTables
+from orbitmq.broker.registration import Registrar
 from orbitmq.client.admin import Admin
 from orbitmq.common.auth_sync import SyncedTables
+from orbitmq.common.clock import SYSTEM_CLOCK
 from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.rpc import RpcFailure, failure_of
-from orbitmq.nameserver.server import NameServer
+from orbitmq.common.server import GrpcServer
+from orbitmq.nameserver.auth_tables import ClusterAuthTables
+from orbitmq.nameserver.routes import RouteTable
+from orbitmq.nameserver.server import SERVICE_NAME, NameServer
+from orbitmq.nameserver.servicer import NameServerServicer
 from orbitmq.nameserver.settings import NameServerSettings
 from orbitmq.sidecar.client import SidecarClient
 from orbitmq.sidecar.server import Sidecar
@@ -240,3 +247,59 @@ async def test_sidecar_checks_applications_against_the_brokers_users(
             await _refused_within(refused, REVOCATION_BOUND_S)
     finally:
         await sidecar.drain()
+
+
+class RecordingServicer(NameServerServicer):
+    """A name server's servicer that notes what each registration carried of the auth tables."""
+
+    def __init__(self, auth: ClusterAuthTables | None) -> None:
+        super().__init__(RouteTable(SYSTEM_CLOCK), auth=auth)
+        self.seen: list[tuple[str, bool]] = []  # (stamp digest, whether the tables came along)
+
+    async def RegisterBroker(self, request: Any, context: Any) -> Any:
+        self.seen.append((request.auth_version.digest, bool(request.auth_tables)))
+        return await super().RegisterBroker(request, context)
+
+
+async def _serve(servicer: RecordingServicer) -> GrpcServer:
+    server = GrpcServer("namesrv", "127.0.0.1:0", metrics_listen=None)
+    server.add_service(
+        SERVICE_NAME, lambda s: nameserver_pb2_grpc.add_NameServerServicer_to_server(servicer, s)
+    )
+    await server.start()
+    return server
+
+
+async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them() -> None:
+    taking, ignoring = RecordingServicer(ClusterAuthTables()), RecordingServicer(None)
+    servers = [await _serve(taking), await _serve(ignoring)]
+    current = [AuthTables.model_validate({"changed_ms": 1, "users": [{"username": APP, "password": "pw"}]})]
+    registrar = Registrar(
+        [server.address for server in servers],
+        build_request=lambda: nameserver_pb2.RegisterBrokerRequest(
+            cluster="c", broker_name="b", broker_addr="127.0.0.1:1", heartbeat_timeout_ms=60_000
+        ),
+        on_reply=lambda reply: None,
+        is_waiting=lambda: False,
+        interval_s=0.05,  # heartbeats
+        clock=SYSTEM_CLOCK,
+        owner="b",
+        auth=lambda: current[0],
+    )
+    try:
+        await registrar.register_at_start()
+        registrar.start()
+        await eventually(lambda: taking.seen.count((current[0].digest, True)) == 1, 5)
+        first = current[0]
+        current[0] = AuthTables(changed_ms=2, users=(), acls=())  # the user deleted
+        registrar.request()
+        await eventually(lambda: len([s for s in taking.seen if s[0] == current[0].digest]) >= 3, 5)
+        assert taking.seen.count((first.digest, True)) == 1  # the first tables, once
+        assert taking.seen.count((current[0].digest, True)) == 1  # the change, once; then versions only
+        assert [sent for _, sent in ignoring.seen] == [False] * len(ignoring.seen)  # never a secret
+        assert {digest for digest, _ in ignoring.seen} >= {first.digest, current[0].digest}
+        assert taking._auth is not None and taking._auth.stamp("c") == current[0].stamp
+    finally:
+        await registrar.close()
+        for server in servers:
+            await server.stop(0)
