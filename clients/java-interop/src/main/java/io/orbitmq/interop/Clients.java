@@ -10,6 +10,7 @@ import java.util.HexFormat;
 import java.util.Map;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.StaticSessionCredentialsProvider;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
 import org.apache.rocketmq.client.apis.message.MessageView;
@@ -24,17 +25,28 @@ final class Clients {
     }
 
     /**
-     * --endpoint (the proxy's host:port), --namespace, --request-timeout-ms, --ssl. The client
-     * speaks TLS unless told otherwise; orbitmq's proxy serves plaintext gRPC, like RocketMQ's
-     * proxy behind a TLS-terminating load balancer.
+     * --endpoint (the proxy's host:port), --namespace, --request-timeout-ms, --ssl, and the
+     * session credentials --access-key with its secret in the environment variable that
+     * --secret-key-env names (a secret on the command line shows in the process list). The
+     * client speaks TLS unless told otherwise; orbitmq's proxy serves plaintext gRPC, like
+     * RocketMQ's proxy behind a TLS-terminating load balancer.
      */
     static ClientConfiguration configuration(Options options) {
-        return ClientConfiguration.newBuilder()
+        var builder = ClientConfiguration.newBuilder()
                 .setEndpoints(options.required("endpoint"))
                 .setNamespace(options.string("namespace", ""))
                 .setRequestTimeout(Duration.ofMillis(options.number("request-timeout-ms", 3_000)))
-                .enableSsl(options.flag("ssl"))
-                .build();
+                .enableSsl(options.flag("ssl"));
+        String accessKey = options.string("access-key", null);
+        if (accessKey != null) {
+            String secretEnv = options.required("secret-key-env");
+            String secretKey = System.getenv(secretEnv);
+            if (secretKey == null) {
+                throw new Options.UsageException("--secret-key-env names " + secretEnv + ", which is not set");
+            }
+            builder.setCredentialProvider(new StaticSessionCredentialsProvider(accessKey, secretKey));
+        }
+        return builder.build();
     }
 
     /** --topic with --filter-tag EXPR or --filter-sql EXPR (neither: every message). */
