@@ -15,12 +15,16 @@ What each step shows:
 * ``helm test``: the hook pod succeeds, i.e. a message went in and came out end to end, and
   its consumer group is gone from the brokers afterwards (a group left with offsets would hold
   a later scale-down drain).
+* authentication is on (the chart's default): the operator makes its super user
+  ``<cluster>-operator-user``, the ``helm test`` pod signs with it, and so does the admin
+  reading the brokers' groups from the host (as an administrator would, from that Secret).
 * upgrade with changed values (a second topic; ``tests.topic`` pointing at it; the operator's
   resources; ``cluster.spec.proxy``): the Deployment rolls, the new topic is applied, and ``helm
   test`` now produces to and consumes from the new topic. The proxy's pod becomes ready and the
   official Apache RocketMQ 5 Python client, given only the proxy Service's address as its
-  endpoint, sends a message and receives and acks it (kube-proxy routes the ClusterIP from
-  the host; the client's QueryRoute answer names that same address).
+  endpoint and the session credentials of an ``OrbitMQUser`` made for it (from the user's
+  Secret), sends a message and receives and acks it (kube-proxy routes the ClusterIP from the
+  host; the client's QueryRoute answer names that same address).
 * uninstall: every namespaced object of the release is gone: no pod, workload, Service,
   ConfigMap, Secret, ServiceAccount, Role, binding, custom resource or peering object is left
   (a topic or group stuck on its finalizer after the operator went away would be such an
@@ -32,6 +36,7 @@ What each step shows:
 from __future__ import annotations
 
 import asyncio
+import base64
 import sys
 import time
 from pathlib import Path
@@ -47,6 +52,7 @@ from operatorkit import install_crds, wait_condition
 from realpods import STORAGE_CLASS, create_namespace, delete_host_volumes, host_volumes, wait_ready
 
 from orbitmq.client import Admin
+from orbitmq.common.credentials import Credentials
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600, func_only=True)]
 
@@ -122,20 +128,45 @@ def consumer_groups(k8s: K8sCluster, namespace: str) -> set[str]:
     """The subscription groups the brokers know, asked from the host through the name-server
     Service's IP (cluster DNS does not resolve on the host)."""
     ip = k8s.get_json("service", f"{CLUSTER}-namesrv", "-n", namespace)["spec"]["clusterIP"]
+    operator_user = Credentials(*secret_credentials(k8s, namespace, f"{CLUSTER}-operator-user"))
 
     async def ask() -> set[str]:
-        async with Admin(f"{ip}:9876") as admin:
+        async with Admin(f"{ip}:9876", credentials=operator_user) as admin:
             return set(await admin.groups())
 
     return asyncio.run(ask())
 
 
-def through_the_proxy(endpoint: str, topic: str, group: str) -> float:
+def secret_credentials(k8s: K8sCluster, namespace: str, name: str) -> tuple[str, str]:
+    """``accessKey`` and ``secretKey`` of a credentials Secret (the operator's or a user's)."""
+    data = k8s.get_json("secret", name, "-n", namespace)["data"]
+    return base64.b64decode(data["accessKey"]).decode(), base64.b64decode(data["secretKey"]).decode()
+
+
+def app_user(topic: str, group: str) -> dict[str, Any]:
+    """The OrbitMQUser an application of ``topic`` through the proxy is given."""
+    return {
+        "apiVersion": "orbitmq.io/v1alpha1",
+        "kind": "OrbitMQUser",
+        "metadata": {"name": "rocketmq5-app"},
+        "spec": {
+            "cluster": CLUSTER,
+            "authorization": {
+                "policies": [
+                    {"resource": f"Topic:{topic}", "actions": ["Pub", "Sub"]},
+                    {"resource": f"Group:{group}", "actions": ["Sub"]},
+                ]
+            },
+        },
+    }
+
+
+def through_the_proxy(endpoint: str, topic: str, group: str, credentials: tuple[str, str]) -> float:
     """One message sent and received (then acked) by the official RocketMQ 5 client through
-    ``endpoint``; returns the seconds it took. A new POP group may start at the queues' end,
-    so the consumer polls once before the send."""
+    ``endpoint`` with the session ``credentials`` (access key, secret); returns the seconds it
+    took. A new POP group may start at the queues' end, so the consumer polls once before the send."""
     started = time.monotonic()
-    config = v2kit.ClientConfiguration(endpoint, v2kit.Credentials())
+    config = v2kit.ClientConfiguration(endpoint, v2kit.Credentials(*credentials))
     consumer = v2kit.SimpleConsumer(config, group, {topic: v2kit.FilterExpression("*")}, await_duration=2)
     consumer.startup()
     try:
@@ -263,11 +294,17 @@ def test_install_test_upgrade_uninstall_on_real_pods(
         status = k8s.get_json("orbitmqcluster", CLUSTER, "-n", ns)["status"]
         assert status["proxyAddress"] == f"{CLUSTER}-proxy.{ns}.svc:8081"
         service_ip = k8s.get_json("service", f"{CLUSTER}-proxy", "-n", ns)["spec"]["clusterIP"]
-        took = through_the_proxy(f"{service_ip}:8081", "Payments", "rocketmq5-app")
+        k8s.apply(app_user("Payments", "rocketmq5-app"), namespace=ns)
+        wait_condition(k8s, ns, "orbitmqusers", "rocketmq5-app", "Ready", "True", "Applied", timeout=90)
+        app = secret_credentials(k8s, ns, "rocketmq5-app")
+        took = through_the_proxy(f"{service_ip}:8081", "Payments", "rocketmq5-app", app)
         print(f"RocketMQ 5 client through the proxy Service: sent, received and acked in {took:.1f}s")
         test_pod = k8s.get_json("pods", "-n", ns, "-l", "app.kubernetes.io/name=orbitmq-test")["items"][0]
         env = {e["name"]: e.get("value") for e in test_pod["spec"]["containers"][0]["env"]}
         assert env["TOPIC"] == "Payments" and test_pod["status"]["phase"] == "Succeeded"
+
+        # not the release's: deleted by hand (its finalizer revokes the user on the brokers)
+        k8s.kubectl("delete", "orbitmqusers.orbitmq.io", "rocketmq5-app", "-n", ns, "--timeout=60s")
 
         pvcs = [p["metadata"]["name"] for p in k8s.get_json("pvc", "-n", ns)["items"]]
         assert sorted(pvcs) == [f"data-{CLUSTER}-broker-0-0", f"data-{CLUSTER}-broker-0-1"]
