@@ -355,7 +355,12 @@ class TlsSpec(_Spec):
     ``ca.crt``), or neither: a CA the operator creates and keeps in ``<cluster>-ca``. Every pod
     mounts the certificate at ``/var/run/orbitmq/tls`` and re-reads it when the Secret changes."""
 
-    enabled: bool = Field(default=False, description="Serve TLS on every port of the cluster.")
+    enabled: bool = Field(
+        default=False,
+        description="Serve TLS on every port of the cluster. Fixed once the cluster exists: a rolling "
+        "update cannot mix plaintext and TLS pods, which could not talk to each other.",
+        json_schema_extra={"x-kubernetes-validations": [immutable("security.tls.enabled")]},
+    )
     issuer: IssuerRef | None = Field(
         default=None, description="Have cert-manager issue the server certificate from this issuer."
     )
