@@ -12,6 +12,10 @@ answers is asked until it fails; then the next. Until the first answer, or while
 the tables are the last ones received (empty at first: only a bootstrap super user gets in), so
 an outage of the name servers neither admits a deleted user nor refuses the users already known.
 The call needs a super user's credentials (it answers secrets) and a name server with auth on.
+
+The tables cross the wire (registrations, ``GetAuthTables``) as :meth:`AuthTables.content_json`
+under an ``AuthVersion`` (:func:`version_of`, :func:`stamp_of`, :func:`wire_tables`), secrets
+included: that is what a server verifies signatures with. Give every server TLS.
 """
 
 from __future__ import annotations
@@ -24,17 +28,18 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from pydantic import ValidationError
 
-from orbitmq.auth.model import User
-from orbitmq.auth.tables import AuthTables, layered
+from orbitmq.auth.model import User, describe_errors
+from orbitmq.auth.tables import AuthTables, Stamp, layered
 from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.guard import with_bootstrap
 from orbitmq.common.namesrv_list import parse_namesrv_list
-from orbitmq.common.rpc import failure_of
+from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.tls import ClientTls, explain, open_channel
-from orbitmq.nameserver.auth_tables import parse_tables, stamp_of, version_of
 from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,28 @@ CALL_TIMEOUT_S = 3.0
 """How long one ``GetAuthTables`` waits before the next name server is tried."""
 FAILURE_LOG_INTERVAL_S = 60.0
 """A failing name server list is logged again at most this often."""
+
+
+def stamp_of(version: nameserver_pb2.AuthVersion) -> Stamp | None:
+    """The stamp of a wire version; None when unset (an empty digest)."""
+    return Stamp(version.changed_ms, version.digest) if version.digest else None
+
+
+def version_of(stamp: Stamp | None) -> nameserver_pb2.AuthVersion:
+    if stamp is None:
+        return nameserver_pb2.AuthVersion()
+    return nameserver_pb2.AuthVersion(changed_ms=stamp.changed_ms, digest=stamp.digest)
+
+
+def wire_tables(raw: bytes, field: str) -> AuthTables:
+    """Tables sent by another server (:meth:`AuthTables.content_json`); INVALID_ARGUMENT naming
+    ``field`` and each rule broken otherwise."""
+    try:
+        return AuthTables.model_validate_json(raw)
+    except ValidationError as error:
+        raise RpcFailure(
+            ErrorReason.INVALID_ARGUMENT, f"{field}: {'; '.join(describe_errors(error))}"
+        ) from None
 
 
 class SyncedTables:
@@ -123,9 +150,9 @@ class SyncedTables:
         if not reply.changed:
             return False
         try:
-            received = parse_tables(reply.tables, f"GetAuthTables from {address}: tables")
-        except Exception as error:  # a bad answer keeps the tables held: never fewer checks
-            self._failed(str(error))
+            received = wire_tables(reply.tables, f"GetAuthTables from {address}: tables")
+        except RpcFailure as failure:  # a bad answer keeps the tables held: never fewer checks
+            self._failed(failure.message)
             return False
         self._tables = AuthTables(
             version=next(self._versions),

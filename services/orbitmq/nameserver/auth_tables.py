@@ -24,10 +24,9 @@ from __future__ import annotations
 import itertools
 import logging
 
-from pydantic import ValidationError
-
-from orbitmq.auth.model import User, describe_errors
+from orbitmq.auth.model import User
 from orbitmq.auth.tables import AuthTables, Stamp, layered
+from orbitmq.common.auth_sync import stamp_of, wire_tables
 from orbitmq.common.guard import with_bootstrap
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.v1 import nameserver_pb2
@@ -36,28 +35,6 @@ from orbitmq.v1.broker_pb2 import ErrorReason
 log = logging.getLogger(__name__)
 
 EMPTY = AuthTables()
-
-
-def stamp_of(version: nameserver_pb2.AuthVersion) -> Stamp | None:
-    """The stamp of a wire version; None when unset (an empty digest)."""
-    return Stamp(version.changed_ms, version.digest) if version.digest else None
-
-
-def version_of(stamp: Stamp | None) -> nameserver_pb2.AuthVersion:
-    if stamp is None:
-        return nameserver_pb2.AuthVersion()
-    return nameserver_pb2.AuthVersion(changed_ms=stamp.changed_ms, digest=stamp.digest)
-
-
-def parse_tables(raw: bytes, field: str) -> AuthTables:
-    """Tables sent by another server (:meth:`AuthTables.content_json`); INVALID_ARGUMENT naming
-    ``field`` and each rule broken otherwise."""
-    try:
-        return AuthTables.model_validate_json(raw)
-    except ValidationError as error:
-        raise RpcFailure(
-            ErrorReason.INVALID_ARGUMENT, f"{field}: {'; '.join(describe_errors(error))}"
-        ) from None
 
 
 class ClusterAuthTables:
@@ -110,7 +87,7 @@ class ClusterAuthTables:
         held = self.stamp(cluster)
         if held is not None and stamp <= held:
             return False
-        tables = parse_tables(raw, "auth_tables")
+        tables = wire_tables(raw, "auth_tables")
         if tables.changed_ms != stamp.changed_ms or tables.digest != stamp.digest:
             raise RpcFailure(
                 ErrorReason.INVALID_ARGUMENT,

@@ -13,11 +13,12 @@ import re
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from orbitmq.common.auth_sync import stamp_of, version_of
 from orbitmq.common.guard import audit_denial, current_user
 from orbitmq.common.names import validate_topic_name
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import split_host_port
-from orbitmq.nameserver.auth_tables import ClusterAuthTables, stamp_of, version_of
+from orbitmq.nameserver.auth_tables import ClusterAuthTables
 from orbitmq.nameserver.routes import (
     BrokerData,
     BrokerKey,

@@ -10,8 +10,9 @@ import pytest
 
 from orbitmq.auth.model import User, UserType
 from orbitmq.auth.tables import AuthTables
+from orbitmq.common.auth_sync import version_of
 from orbitmq.common.rpc import RpcFailure
-from orbitmq.nameserver.auth_tables import ClusterAuthTables, version_of
+from orbitmq.nameserver.auth_tables import ClusterAuthTables
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 pytestmark = pytest.mark.timeout(30)
