@@ -11,6 +11,8 @@ Name servers hold the same tables (every broker registers with every one), so th
 answers is asked until it fails; then the next. Until the first answer, or while none answers,
 the tables are the last ones received (empty at first: only a bootstrap super user gets in), so
 an outage of the name servers neither admits a deleted user nor refuses the users already known.
+Nor does a name server behind the others: one just started answers SERVICE_NOT_AVAILABLE until a
+broker registered its tables, and tables changed before those held are not taken.
 The call needs a super user's credentials (it answers secrets) and a name server with auth on.
 
 The tables cross the wire (registrations, ``GetAuthTables``) as :meth:`AuthTables.content_json`
@@ -148,6 +150,12 @@ class SyncedTables:
 
     def _take(self, reply: nameserver_pb2.GetAuthTablesResponse, address: str) -> bool:
         if not reply.changed:
+            return False
+        if reply.version.changed_ms < self._known.changed_ms:  # a name server behind the others
+            self._failed(
+                f"{address} answered tables changed at {reply.version.changed_ms}, before the "
+                f"{self._known.changed_ms} held: kept those"
+            )
             return False
         try:
             received = wire_tables(reply.tables, f"GetAuthTables from {address}: tables")

@@ -58,9 +58,13 @@ class ClusterAuthTables:
         tables = self._clusters.get(cluster)
         return tables.stamp if tables is not None else None
 
-    def of(self, cluster: str) -> AuthTables:
-        """``cluster``'s tables, or every cluster's merged for ``""`` (empty when unknown)."""
-        return self._clusters.get(cluster, EMPTY) if cluster else self._merged
+    def of(self, cluster: str) -> AuthTables | None:
+        """``cluster``'s tables, or every cluster's merged for ``""``; None while no broker (of
+        that cluster) has told its tables: a name server just started must not hand out "no
+        users" for the brokers' users (a proxy would refuse everyone until the next poll)."""
+        if cluster:
+            return self._clusters.get(cluster)
+        return self._merged if self._clusters else None
 
     @property
     def merged(self) -> AuthTables:

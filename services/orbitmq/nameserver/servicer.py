@@ -149,6 +149,13 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
         if request.cluster:
             _check_broker_name("cluster", request.cluster)
         tables = auth.of(request.cluster)
+        if tables is None:
+            which = f"of cluster {request.cluster} " if request.cluster else ""
+            raise RpcFailure(
+                ErrorReason.SERVICE_NOT_AVAILABLE,
+                f"no broker {which}has registered its users and ACLs with this name server yet (it "
+                "started moments ago, or the brokers have auth off): ask another name server or again",
+            )
         if stamp_of(request.known_version) == tables.stamp:
             return nameserver_pb2.GetAuthTablesResponse(version=request.known_version, changed=False)
         return nameserver_pb2.GetAuthTablesResponse(

@@ -20,7 +20,7 @@ from clusterkit import Cluster, eventually
 from orbitmq.auth.tables import AuthTables
 from orbitmq.broker.registration import Registrar
 from orbitmq.client.admin import Admin
-from orbitmq.common.auth_sync import SyncedTables
+from orbitmq.common.auth_sync import SyncedTables, version_of
 from orbitmq.common.clock import SYSTEM_CLOCK
 from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.rpc import RpcFailure, failure_of
@@ -178,15 +178,44 @@ async def test_get_auth_tables_answers_super_users_only_and_nothing_when_current
     assert "may not" in (denied.value.details() or "") and APP_SECRET not in (denied.value.details() or "")
 
 
-async def test_get_auth_tables_is_refused_by_a_namesrv_with_auth_off() -> None:
+async def test_get_auth_tables_is_refused_by_a_namesrv_with_auth_off_or_no_tables_yet() -> None:
     plain = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
     await plain.start()
+    fresh = await _namesrv()
     try:
         with pytest.raises(grpc.aio.AioRpcError, match="auth off") as refused:
             await _tables(plain.address, ROOT)
         assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.aio.AioRpcError, match="no broker has registered its users") as early:
+            await _tables(fresh.address, ROOT)  # "no users" would lock everyone out of a proxy
+        assert early.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         await plain.close()
+        await fresh.close()
+
+
+async def test_synced_tables_never_go_back_to_a_lagging_namesrv(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ahead, behind = await _namesrv(), await _namesrv()
+    for server, changed_ms, users in ((ahead, 2_000, [APP]), (behind, 1_000, [APP, "gone"])):
+        sent = AuthTables.model_validate(
+            {"changed_ms": changed_ms, "users": [{"username": u, "password": "pw"} for u in users]}
+        )
+        assert server.auth is not None and server.auth.offer("c", version_of(sent.stamp), sent.content_json())
+    synced = SyncedTables(f"{ahead.address};{behind.address}", None, ROOT, interval_s=60)
+    try:
+        await synced.start()
+        assert [u.username for u in synced().users] == [APP]
+        await ahead.close()  # the next round asks the one behind
+        with caplog.at_level(logging.WARNING, logger="orbitmq.common.auth_sync"):
+            assert not await synced.refresh()
+        assert [u.username for u in synced().users] == [APP] and synced.received == 1
+        assert "before the 2000 held: kept those" in caplog.text
+    finally:
+        await synced.stop()
+        await ahead.close()
+        await behind.close()
 
 
 async def test_synced_tables_follow_the_brokers(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:

@@ -45,12 +45,14 @@ def refusal(auth: ClusterAuthTables, version: Any, raw: bytes) -> str:
 
 def test_the_newest_stamp_of_a_cluster_wins() -> None:
     auth = ClusterAuthTables()
+    assert auth.of("") is None and auth.of("c") is None  # not "no users": nothing heard yet
     newer, older = tables(2_000, ("app", "pw2")), tables(1_000, ("app", "pw1"), ("gone", "x"))
     assert offer(auth, "c", newer)
     assert not offer(auth, "c", older)  # a group that missed the change
     assert not offer(auth, "c", newer)  # the same tables again: nothing to take
-    assert auth.stamp("c") == newer.stamp and auth.of("c").secret_of("app") == "pw2"
-    assert auth.of("other").users == () and auth.stamp("other") is None
+    held = auth.of("c")
+    assert auth.stamp("c") == newer.stamp and held is not None and held.secret_of("app") == "pw2"
+    assert auth.of("other") is None and auth.stamp("other") is None
 
 
 def test_tables_not_matching_their_version_or_breaking_a_rule_are_refused() -> None:
