@@ -132,6 +132,7 @@ class Registrar:
         self._held: dict[str, Stamp | None] = {}
         """Name servers that take auth tables → the stamp each last said it holds."""
         self._plaintext_warned = False
+        self._behind_warned: Stamp | None = None
         self._tls = tls
         self._credentials = credentials
         self._refused: dict[str, str] = {}
@@ -284,8 +285,27 @@ class Registrar:
             else None
         )
         self._held[address] = held
-        if not sent and _older(held, self._auth().stamp):
+        ours = self._auth().stamp
+        if not sent and _older(held, ours):
             self._due[address].set()
+        elif held is not None and held > ours and held.digest != ours.digest:
+            self._warn_behind(address, held, ours)
+
+    def _warn_behind(self, address: str, held: Stamp, ours: Stamp) -> None:
+        """Another broker group's tables are newer: a change made while this one was down (or
+        refused here) never reached it, and it still enforces the old users. Logged once per
+        newer version: an operator re-applies the change (or copies auth.json)."""
+        if self._behind_warned == held:
+            return
+        self._behind_warned = held
+        log.warning(
+            "this broker's users and ACLs (changed at %d) are older than the cluster's newest that "
+            "name server %s holds (changed at %d by another broker group): a change made while this "
+            "broker was down did not reach it; re-apply it with 'orbitmq admin user|acl'",
+            ours.changed_ms,
+            address,
+            held.changed_ms,
+        )
 
     def _warn_plaintext(self) -> None:
         if not self._plaintext_warned:

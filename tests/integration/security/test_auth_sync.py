@@ -17,6 +17,7 @@ import grpc
 import pytest
 from clusterkit import Cluster, eventually
 
+from orbitmq.auth.model import User
 from orbitmq.auth.tables import AuthTables
 from orbitmq.broker.registration import Registrar
 from orbitmq.client.admin import Admin
@@ -299,7 +300,9 @@ async def _serve(servicer: RecordingServicer) -> GrpcServer:
     return server
 
 
-async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them() -> None:
+async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     taking, ignoring = RecordingServicer(ClusterAuthTables()), RecordingServicer(None)
     servers = [await _serve(taking), await _serve(ignoring)]
     current = [AuthTables.model_validate({"changed_ms": 1, "users": [{"username": APP, "password": "pw"}]})]
@@ -328,6 +331,12 @@ async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them
         assert [sent for _, sent in ignoring.seen] == [False] * len(ignoring.seen)  # never a secret
         assert {digest for digest, _ in ignoring.seen} >= {first.digest, current[0].digest}
         assert taking._auth is not None and taking._auth.stamp("c") == current[0].stamp
+        newer = AuthTables(changed_ms=3, users=(User(username="late", password="pw"),))
+        assert taking._auth.offer("c", version_of(newer.stamp), newer.content_json())  # another group's
+        with caplog.at_level(logging.WARNING, logger="orbitmq.broker.registration"):
+            registrar.request()
+            await eventually(lambda: "older than the cluster's newest" in caplog.text, 5)
+        assert taking.seen[-1][1] is False  # it does not push its older tables
     finally:
         await registrar.close()
         for server in servers:
