@@ -42,11 +42,18 @@ def proxy(config_file: Path | None, **flags: object) -> None:
     With --auth-enabled the clients sign with their session credentials; the proxy signs its own
     calls to the cluster as ORBITMQ_PROXY_ACCESS_KEY (or ORBITMQ_ACCESS_KEY, or its super user).
     """
+    from orbitmq.common.guard import AuthUsersError, load_users_file
     from orbitmq.common.loop import run_on_fast_loop
     from orbitmq.proxy.server import run
 
     try:
         settings = settings_or_exit(ProxySettings, config_file, ENV_PREFIX, flags)
+        if settings.auth_enabled and settings.auth_users_file is not None:
+            load_users_file(settings.auth_users_file)  # a bad file is a usage error, named here
+    except AuthUsersError as error:
+        refused = click.ClickException(str(error))
+        refused.exit_code = SETTINGS_EXIT_CODE
+        raise refused from None
     except click.ClickException as error:
         error.exit_code = SETTINGS_EXIT_CODE
         raise

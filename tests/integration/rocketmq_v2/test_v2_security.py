@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -233,3 +236,34 @@ async def _within(code: Callable[[], Awaitable[int]], expected: int, bound_s: fl
 def test_a_half_given_cluster_credential_is_refused_naming_both() -> None:
     with pytest.raises(ValueError, match="access_key is set without secret_key"):
         ProxySettings(access_key="proxy-user")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--auth-enabled"], "set both auth_super_user and auth_super_secret"),
+        (["--auth-enabled", "--auth-super-user", "root", "--auth-users-file", "{bad}"], "users.0.password"),
+    ],
+    ids=["no-super-user", "user-without-secret"],
+)
+def test_the_proxy_command_refuses_bad_auth_settings_naming_them(
+    tmp_path: Path, args: list[str], named: str
+) -> None:
+    bad = tmp_path / "users.yaml"
+    bad.write_text("users: [{username: no-secret}]\n")
+    command = [
+        sys.executable,
+        "-m",
+        "orbitmq.cli.main",
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "",
+    ]
+    env = {**os.environ, "ORBITMQ_PROXY_AUTH_SUPER_SECRET": "s"}
+    done = subprocess.run(
+        [*command, *(a.format(bad=bad) for a in args)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr and "Traceback" not in done.stderr, done.stderr
