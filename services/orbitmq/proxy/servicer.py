@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from orbitmq.auth.rpcs import PUB, topic_need
 from orbitmq.client.channels import Channels
 from orbitmq.client.message import SendResult, SendStatus
 from orbitmq.client.producer import Producer
@@ -377,6 +378,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> Any:
         topic = convert.topic_of(request.topic)
         from_check = request.source == v2.SOURCE_SERVER_CHECK
+        if self.guard is not None:  # Pub on the half message's own topic too (see half_topic)
+            half_topic = await self._transactions.half_topic(request.transaction_id)
+            if half_topic != topic:
+                caller = self.guard.authenticate("EndTransaction", context)
+                self.guard.authorize(caller, (topic_need(PUB, half_topic),))
         try:
             await self._transactions.end(topic, request.transaction_id, request.resolution, from_check)
         except grpc.aio.AioRpcError as error:

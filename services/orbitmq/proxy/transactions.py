@@ -28,15 +28,16 @@ from orbitmq.client.channels import Channels
 from orbitmq.client.message import SendResult
 from orbitmq.client.producer import Producer, client_id
 from orbitmq.client.session import BrokerSessions
-from orbitmq.common.rpc import RpcFailure
+from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.tasks import TaskSet
-from orbitmq.common.topics import Property
+from orbitmq.common.topics import TRANS_HALF_TOPIC, Property
 from orbitmq.proxy import convert
 from orbitmq.proxy.clients import ClientRegistry
 from orbitmq.proxy.convert import Refused, TransactionRef
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2
+from orbitmq.store.message_id import encode_offset_msg_id
 from orbitmq.store.record import StoredMessage, decode
 from orbitmq.v1 import broker_pb2, nameserver_pb2
 from orbitmq.v1.broker_pb2 import TransactionResolution
@@ -194,6 +195,29 @@ class Transactions:
             from_check=from_check,
         )
         await self._channels.broker(address).EndTransaction(request, timeout=END_TIMEOUT_S)
+
+    async def half_topic(self, transaction_id: str) -> str:
+        """The topic the half message of ``transaction_id`` was sent to, read from its master
+        (auth checks ``Pub`` on it: the id is the client's to write, so naming one topic in the
+        request and another's half message in the id must not end that other transaction).
+        Raises :class:`Refused` ``INVALID_TRANSACTION_ID`` when no half message lies there."""
+        ref = TransactionRef.decode(transaction_id)
+        address = await self.master_of(ref.broker_name)
+        request = broker_pb2.ViewMessageRequest(msg_id=encode_offset_msg_id(address, ref.commit_log_offset))
+        try:
+            reply = await self._channels.broker(address).ViewMessage(request, timeout=END_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            if failure_of(error) is None:
+                raise
+            reply = broker_pb2.QueryMessageResponse()
+        half = decode(reply.records[0]) if reply.records else None
+        if half is None or half.topic != TRANS_HALF_TOPIC or Property.REAL_TOPIC not in half.properties:
+            raise Refused(
+                v2.INVALID_TRANSACTION_ID,
+                f"transaction {transaction_id!r}: no half message at offset {ref.commit_log_offset} "
+                f"of {ref.broker_name}",
+            )
+        return half.properties[Property.REAL_TOPIC]
 
     # -- check-backs ---------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ one count on the proxy's /metrics. The proxy itself reaches the broker signing a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from orbitmq.auth.signature import mqv2_date_time, sign_mqv2
 from orbitmq.auth.tables import AuthTables
 from orbitmq.client.admin import Admin
 from orbitmq.common.credentials import Credentials as OrbitCredentials
+from orbitmq.proxy.convert import TransactionRef
 from orbitmq.proxy.settings import ProxySettings
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2 as pb
@@ -38,6 +40,7 @@ APP, APP_SECRET = "orders-app", "app-secret"
 READER, READER_SECRET = "reader", "reader-secret"
 AUTH = {"auth_enabled": True, "auth_super_user": SUPER, "auth_super_secret": SUPER_SECRET}
 TOPIC, GROUP, READER_GROUP = "SecureOrders", "app-group", "reader-group"
+OTHER_TOPIC = "OtherOrders"
 SYNC_INTERVAL_MS = 200
 REVOCATION_BOUND_S = 3.0
 """A deleted user is refused by the proxy within its sync interval plus the broker's report to
@@ -267,3 +270,61 @@ def test_the_proxy_command_refuses_bad_auth_settings_naming_them(
     )
     assert done.returncode == 2, done.stderr
     assert named in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+async def _call(cluster: V2Cluster, rpc: str, request: Any, metadata: list[tuple[str, str]]) -> Any:
+    async with grpc.aio.insecure_channel(cluster.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        return await getattr(stub, rpc)(
+            request, metadata=[("x-mq-client-id", "raw@1"), *metadata], timeout=10
+        )
+
+
+def _signed(access_key: str, secret: str) -> list[tuple[str, str]]:
+    return sign_mqv2(access_key, secret, mqv2_date_time(int(time.time() * 1000)))
+
+
+async def _half(cluster: V2Cluster, topic: str, access_key: str, secret: str) -> str:
+    """A transactional message sent to ``topic`` (kept half until ended); its transaction id."""
+    half = v2.Message(topic=v2.Resource(name=topic), body=f"half of {topic}".encode())
+    half.system_properties.message_id = f"01HALF{topic}"
+    half.system_properties.message_type = v2.TRANSACTION
+    reply = await _call(
+        cluster, "SendMessage", pb.SendMessageRequest(messages=[half]), _signed(access_key, secret)
+    )
+    assert reply.status.code == v2.OK, reply.status
+    return str(reply.entries[0].transaction_id)
+
+
+async def _commit(
+    cluster: V2Cluster, topic: str, transaction_id: str, access_key: str, secret: str
+) -> v2.Status:
+    request = pb.EndTransactionRequest(
+        topic=v2.Resource(name=topic),
+        message_id=f"01HALF{topic}",
+        transaction_id=transaction_id,
+        resolution=v2.COMMIT,
+    )
+    return (await _call(cluster, "EndTransaction", request, _signed(access_key, secret))).status
+
+
+async def test_ending_a_transaction_needs_pub_on_the_topic_of_its_half_message(
+    cluster: V2Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction id is the client's to write: naming its own topic in the request and
+    another topic's half message in the id must not commit that other topic's message."""
+    theirs = await _half(cluster, OTHER_TOPIC, SUPER, SUPER_SECRET)
+    refused = await _commit(cluster, TOPIC, theirs, APP, APP_SECRET)
+    assert refused.code == v2.FORBIDDEN, refused
+    assert f"orders-app may not Pub on Topic:{OTHER_TOPIC} (EndTransaction)" in refused.message
+
+    ours = await _half(cluster, TOPIC, APP, APP_SECRET)
+    assert (await _commit(cluster, TOPIC, ours, APP, APP_SECRET)).code == v2.OK
+    ref = TransactionRef.decode(ours)
+    nowhere = dataclasses.replace(ref, commit_log_offset=ref.commit_log_offset + 1_000_000).encode()
+    assert (await _commit(cluster, TOPIC, nowhere, APP, APP_SECRET)).code == v2.INVALID_TRANSACTION_ID
+
+    monkeypatch.setenv("ORBITMQ_ACCESS_KEY", SUPER)  # the check's own reads, from the brokers
+    monkeypatch.setenv("ORBITMQ_SECRET_KEY", SUPER_SECRET)
+    assert [m.body for m in await cluster.receive(TOPIC, 1)] == [f"half of {TOPIC}".encode()]
+    assert await cluster.receive(OTHER_TOPIC, 1, within_s=1.0) == []
