@@ -184,8 +184,11 @@ async def user_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_:
 async def user_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Revoke at once: the user and its ACL leave every master before the resource goes."""
     client: AsyncClient = memo["client"]
-    username = (body.status or {}).get("username", "")
-    cluster_name = (body.spec or {}).get("cluster", "")
+    spec = body.spec or {}
+    generated = (spec.get("authentication") or {}).get("type", "generated") == CredentialsType.GENERATED
+    # a user applied whose status was not written yet is still found by its generated name
+    username = (body.status or {}).get("username", "") or (body.metadata.name if generated else "")
+    cluster_name = spec.get("cluster", "")
     if not username:
         logger.info("user %s was never applied: nothing to delete", body.metadata.name)
         return
