@@ -30,6 +30,7 @@ Resource names are orbitmq's, the namespace applied (``ns%orders``), as stored A
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -49,6 +50,7 @@ from orbitmq.auth.signature import (
     MQ_DATE_TIME_HEADER,
     MQV2_ZONE_SLACK_MS,
     SignatureError,
+    SignatureFailure,
     mq_date_time_ms,
     verify_mqv2,
 )
@@ -244,6 +246,27 @@ class ProxyGuard:
         if connection is None:
             connection = self._connection(peer)
         return ProxyCaller(user, tables, connection, rpc, peer, metadata)
+
+    def renewed(self, caller: ProxyCaller) -> ProxyCaller:
+        """``caller`` under the current tables: a Telemetry stream, authenticated once when it
+        opened, lives as long as its client, and a user deleted or disabled since must not keep
+        passing its settings checks. A deleted user is :class:`Refused` ``UNAUTHORIZED``."""
+        tables = self._provider()
+        if tables is caller.tables:
+            return caller
+        user = tables.user(caller.user.username)
+        if user is None:
+            _audit(
+                "authentication_failed",
+                who=caller.user.username,
+                source=caller.peer,
+                rpc=caller.rpc,
+                request_id=_request_id(caller.metadata),
+                reason=SignatureFailure.UNKNOWN_ACCESS_KEY.value,
+            )
+            message = f"authentication failed: user {caller.user.username!r} no longer exists; {HINT}"
+            raise Refused(v2.UNAUTHORIZED, message)
+        return dataclasses.replace(caller, user=user, tables=tables)
 
     def authorize(self, caller: ProxyCaller, needs: Iterable[Need]) -> None:
         """Allow ``needs`` for ``caller`` or raise :class:`Refused` with ``FORBIDDEN`` (audited)."""

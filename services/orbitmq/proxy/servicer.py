@@ -241,7 +241,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """The settings reply, or the refusal of what the settings name (auth on)."""
         if caller is not None and self.guard is not None:
             try:
-                self.guard.authorize(caller, settings_needs(settings))
+                self.guard.authorize(self.guard.renewed(caller), settings_needs(settings))
             except Refused as refused:
                 return pb.TelemetryCommand(status=codes.status(refused.code, refused.message))
         return await self._settings_reply(client_id, namespace, settings)

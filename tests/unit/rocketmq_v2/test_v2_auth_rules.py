@@ -11,10 +11,10 @@ import pytest
 from google.protobuf.message_factory import GetMessageClass
 
 from orbitmq.auth.decide import Need
-from orbitmq.auth.model import Acl, Action, Resource, User
+from orbitmq.auth.model import Acl, Action, Resource, User, UserStatus
 from orbitmq.auth.signature import MQV2_ZONE_SLACK_MS, mqv2_date_time, sign_mqv2
 from orbitmq.auth.tables import AuthTables
-from orbitmq.proxy.auth import MAY_NEED_NOTHING, RULES, ProxyGuard
+from orbitmq.proxy.auth import MAY_NEED_NOTHING, RULES, ProxyGuard, settings_needs
 from orbitmq.proxy.convert import Refused
 from orbitmq.rocketmq_v2 import definition_pb2 as v2
 from orbitmq.rocketmq_v2 import service_pb2 as pb
@@ -163,3 +163,25 @@ def test_a_grant_missing_is_forbidden_naming_user_action_and_resource() -> None:
         guard.check("ReceiveMessage", receive, call)  # type: ignore[arg-type]
     assert refused.value.code == v2.FORBIDDEN
     assert refused.value.message.startswith("app may not Sub on Group:g (ReceiveMessage)")
+
+
+def test_a_telemetry_caller_is_renewed_under_changed_tables() -> None:
+    """A stream authenticated at its opening is checked against the users of now: a deleted
+    user is refused UNAUTHORIZED, a disabled one FORBIDDEN, at its next settings command."""
+    tables = [_tables("app-secret")]
+    guard = ProxyGuard(lambda: tables[0], window_ms=60_000, now_ms=lambda: SIGNED_MS)
+    call = _Call(sign_mqv2("app", "app-secret", mqv2_date_time(SIGNED_MS)))
+    caller = guard.authenticate("Telemetry", call)  # type: ignore[arg-type]
+    publishing = settings_needs(v2.Settings(publishing=v2.Publishing(topics=[_r("orders")])))
+    guard.authorize(guard.renewed(caller), publishing)
+
+    disabled = User(username="app", password="app-secret", user_status=UserStatus.DISABLE)
+    tables[0] = AuthTables(version=2, users=(disabled,), acls=_tables("app-secret").acls)
+    with pytest.raises(Refused) as refused:
+        guard.authorize(guard.renewed(caller), publishing)
+    assert refused.value.code == v2.FORBIDDEN and "disabled" in refused.value.message
+
+    tables[0] = AuthTables(version=3)
+    with pytest.raises(Refused) as gone:
+        guard.renewed(caller)
+    assert gone.value.code == v2.UNAUTHORIZED and "no longer exists" in gone.value.message
