@@ -108,7 +108,8 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
     ) -> nameserver_pb2.RegisterBrokerResponse:
         registration = registration_from_proto(request)
         auth = self._auth
-        if auth is not None:  # refused tables refuse the registration before it changes routes
+        if auth is not None and request.auth_tables:  # refused: the registration changes nothing
+            self._check_super(context, "RegisterBroker", "Update", "send the users and ACLs it decides with")
             auth.offer(request.cluster, request.auth_version, request.auth_tables)
         try:
             master_addr, ha_addr = self._table.register(registration)
@@ -138,14 +139,7 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
                 "this name server has auth off: it keeps no users or ACLs to hand out (start it with "
                 "--auth-enabled, as the brokers)",
             )
-        user = current_user()  # the guard verified it before the handler runs
-        if user is None or not user.is_super:
-            who = user.username if user is not None else "an unknown caller"
-            refusal = f"{who} may not GetAuthTables: it answers secrets, to super users only"
-            audit_denial(
-                context, "/orbitmq.v1.NameServer/GetAuthTables", "Get", "Cluster:*", "Cluster", refusal
-            )
-            raise RpcFailure(ErrorReason.NO_PERMISSION, refusal)
+        self._check_super(context, "GetAuthTables", "Get", "read users and ACLs (secrets included)")
         if request.cluster:
             _check_broker_name("cluster", request.cluster)
         tables = auth.of(request.cluster)
@@ -161,6 +155,18 @@ class NameServerServicer(nameserver_pb2_grpc.NameServerServicer):
         return nameserver_pb2.GetAuthTablesResponse(
             version=version_of(tables.stamp), changed=True, tables=tables.content_json()
         )
+
+    @staticmethod
+    def _check_super(context: grpc.aio.ServicerContext, rpc: str, action: str, what: str) -> None:
+        """Refuse (NO_PERMISSION, audited) a caller that is not a super user: a Cluster grant lets
+        a normal user register brokers, not make users the name server decides with."""
+        user = current_user()  # the guard verified it before the handler runs
+        if user is not None and user.is_super:
+            return
+        who = user.username if user is not None else "an unknown caller"
+        refusal = f"{who} may not {what} ({rpc}): super users only"
+        audit_denial(context, f"/orbitmq.v1.NameServer/{rpc}", action, "Cluster:*", "Cluster", refusal)
+        raise RpcFailure(ErrorReason.NO_PERMISSION, refusal)
 
     async def UnregisterBroker(
         self, request: nameserver_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext

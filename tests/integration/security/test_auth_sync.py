@@ -17,13 +17,14 @@ import grpc
 import pytest
 from clusterkit import Cluster, eventually
 
-from orbitmq.auth.model import User
+from orbitmq.auth.model import User, UserType
 from orbitmq.auth.tables import AuthTables
 from orbitmq.broker.registration import Registrar
 from orbitmq.client.admin import Admin
 from orbitmq.common.auth_sync import SyncedTables, version_of
 from orbitmq.common.clock import SYSTEM_CLOCK
 from orbitmq.common.credentials import Credentials, signed
+from orbitmq.common.guard import namesrv_guard
 from orbitmq.common.rpc import RpcFailure, failure_of
 from orbitmq.common.server import GrpcServer
 from orbitmq.nameserver.auth_tables import ClusterAuthTables
@@ -279,6 +280,9 @@ async def test_sidecar_checks_applications_against_the_brokers_users(
         await sidecar.drain()
 
 
+NAMESRV_AUTH = NameServerSettings(listen="127.0.0.1:0", **AUTH)
+
+
 class RecordingServicer(NameServerServicer):
     """A name server's servicer that notes what each registration carried of the auth tables."""
 
@@ -292,7 +296,9 @@ class RecordingServicer(NameServerServicer):
 
 
 async def _serve(servicer: RecordingServicer) -> GrpcServer:
-    server = GrpcServer("namesrv", "127.0.0.1:0", metrics_listen=None)
+    auth = servicer._auth
+    guard = None if auth is None else namesrv_guard(NAMESRV_AUTH, auth.decision_tables)
+    server = GrpcServer("namesrv", "127.0.0.1:0", metrics_listen=None, guard=guard)
     server.add_service(
         SERVICE_NAME, lambda s: nameserver_pb2_grpc.add_NameServerServicer_to_server(servicer, s)
     )
@@ -303,7 +309,8 @@ async def _serve(servicer: RecordingServicer) -> GrpcServer:
 async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    taking, ignoring = RecordingServicer(ClusterAuthTables()), RecordingServicer(None)
+    taking = RecordingServicer(ClusterAuthTables(bootstrap=NAMESRV_AUTH.bootstrap_user()))
+    ignoring = RecordingServicer(None)
     servers = [await _serve(taking), await _serve(ignoring)]
     current = [AuthTables.model_validate({"changed_ms": 1, "users": [{"username": APP, "password": "pw"}]})]
     registrar = Registrar(
@@ -316,6 +323,7 @@ async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them
         interval_s=0.05,  # heartbeats
         clock=SYSTEM_CLOCK,
         owner="b",
+        credentials=ROOT,  # the broker's bootstrap super user
         auth=lambda: current[0],
     )
     try:
@@ -341,3 +349,39 @@ async def test_tables_go_once_per_change_and_only_to_name_servers_that_take_them
         await registrar.close()
         for server in servers:
             await server.stop(0)
+
+
+async def test_only_a_super_user_registers_tables(cluster: Cluster) -> None:
+    """A Cluster Update grant lets a user register brokers, not make the users the name server
+    decides with (it would make itself a super user there, and read every secret)."""
+    async with Admin(cluster.address) as admin:
+        await admin.create_user("ops", "ops-secret")
+        await admin.update_acl(
+            {
+                "subject": "User:ops",
+                "policies": [
+                    {"entries": [{"resource": "Cluster:*", "actions": ["All"], "decision": "Allow"}]}
+                ],
+            }
+        )
+    auth = cluster.namesrv.auth
+    assert auth is not None
+    newest = max(b.broker.auth_store.tables.stamp for b in cluster.brokers.values())
+    await eventually(lambda: auth.stamp("DefaultCluster") == newest, 5)  # both groups registered
+    forged = AuthTables(
+        changed_ms=2**40, users=(User(username="ops", password="ops-secret", user_type=UserType.SUPER),)
+    )
+    request = nameserver_pb2.RegisterBrokerRequest(
+        cluster="DefaultCluster",
+        broker_name="forged",
+        broker_addr="127.0.0.1:1",
+        auth_version=version_of(forged.stamp),
+        auth_tables=forged.content_json(),
+    )
+    ops = Credentials("ops", "ops-secret")
+    async with signed(grpc.aio.insecure_channel(cluster.address), ops) as channel:
+        with pytest.raises(grpc.aio.AioRpcError, match=r"ops may not send the users and ACLs") as refused:
+            await nameserver_pb2_grpc.NameServerStub(channel).RegisterBroker(request, timeout=5)
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert auth.stamp("DefaultCluster") == newest
+    assert "forged" not in cluster.namesrv.table.cluster_info().broker_addr_table
