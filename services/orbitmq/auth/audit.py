@@ -34,6 +34,7 @@ import json
 import logging
 import re
 import threading
+import uuid
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,7 +92,8 @@ class AuditEvent:
     ``source``: the client's address (``ip:port``). ``action``: the ACL action (``Pub``, ``Sub``,
     ``Create``...). ``resource``: ``Type:name`` as in an ACL (``Topic:orders``). ``resource_type``:
     ``Cluster``, ``Topic``, ``Group`` (a bounded set: it is a metric label). ``decision``:
-    ``Deny`` or ``Allow``. ``request_id``: the request's id, to find it in other logs. ``rpc``:
+    ``Deny`` or ``Allow``. ``request_id``: the request's id, to find it in other logs (the
+    client's ``x-orbitmq-request-id`` or ``x-mq-request-id``; one is made when empty). ``rpc``:
     the full method name. ``reason``: why, in words (masked by :func:`redact` when logged).
     """
 
@@ -109,6 +111,8 @@ class AuditEvent:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"audit event kind {self.kind!r} is not one of {sorted(KINDS)}")
+        if not self.request_id:  # every line can be found again, whoever recorded it
+            object.__setattr__(self, "request_id", uuid.uuid4().hex[:16])
 
 
 class _Counts:

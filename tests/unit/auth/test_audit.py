@@ -147,3 +147,10 @@ def test_redact_keeps_what_is_not_a_secret() -> None:
     text = "user alice denied Pub on Topic:orders from 10.0.0.1 (no entry matched)"
     assert redact(text) == text
     assert redact("secret=abc, topic=orders") == f"secret={REDACTED}, topic=orders"
+
+
+def test_an_event_without_a_request_id_gets_one() -> None:
+    first, second = _event(request_id=""), _event(request_id="")
+    assert len(first.request_id) == 16 and first.request_id != second.request_id
+    assert json.loads(line(first))["request_id"] == first.request_id
+    assert _event().request_id == "req-7"  # the client's is kept
