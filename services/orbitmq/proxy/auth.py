@@ -230,16 +230,18 @@ class ProxyGuard:
         try:
             access_key = self._verify(metadata, tables)
         except SignatureError as error:
+            request_id = _request_id(metadata)
             _audit(
                 "authentication_failed",
                 who=error.access_key or "anonymous",
                 source=peer,
                 rpc=rpc,
-                request_id=_request_id(metadata),
+                request_id=request_id,
                 reason=error.failure.value,
             )
-            log.warning("refused v2 %s from %s: %s", rpc, peer, error)
-            raise Refused(v2.UNAUTHORIZED, f"authentication failed: {error}; {HINT}") from None
+            log.warning("refused v2 %s from %s: %s (request %s)", rpc, peer, error, request_id)
+            message = f"authentication failed: {error}; {HINT} (request id {request_id})"
+            raise Refused(v2.UNAUTHORIZED, message) from None
         user = tables.user(access_key)
         assert user is not None  # verify_mqv2 found its secret
         connection = self._connections.get(peer)
@@ -256,15 +258,19 @@ class ProxyGuard:
             return caller
         user = tables.user(caller.user.username)
         if user is None:
+            request_id = _request_id(caller.metadata)
             _audit(
                 "authentication_failed",
                 who=caller.user.username,
                 source=caller.peer,
                 rpc=caller.rpc,
-                request_id=_request_id(caller.metadata),
+                request_id=request_id,
                 reason=SignatureFailure.UNKNOWN_ACCESS_KEY.value,
             )
-            message = f"authentication failed: user {caller.user.username!r} no longer exists; {HINT}"
+            message = (
+                f"authentication failed: user {caller.user.username!r} no longer exists; {HINT} "
+                f"(request id {request_id})"
+            )
             raise Refused(v2.UNAUTHORIZED, message)
         return dataclasses.replace(caller, user=user, tables=tables)
 
@@ -284,19 +290,30 @@ class ProxyGuard:
         need = verdict.need
         action = "|".join(a.value for a in need.actions) if need is not None else ""
         resource = str(need.resource) if need is not None else ""
+        request_id = _request_id(caller.metadata)
         _audit(
             "denied",
             who=user.username,
             source=caller.peer,
             rpc=caller.rpc,
-            request_id=_request_id(caller.metadata),
+            request_id=request_id,
             reason=verdict.reason,
             action=action,
             resource=resource,
             resource_type=need.resource.type.value if need is not None else "",
         )
-        log.warning("denied v2 %s to %s from %s: %s", caller.rpc, user.username, caller.peer, verdict.reason)
-        message = f"{user.username} may not {action} on {resource} ({caller.rpc}): {verdict.reason}"
+        log.warning(
+            "denied v2 %s to %s from %s: %s (request %s)",
+            caller.rpc,
+            user.username,
+            caller.peer,
+            verdict.reason,
+            request_id,
+        )
+        message = (
+            f"{user.username} may not {action} on {resource} ({caller.rpc}): {verdict.reason} "
+            f"(request id {request_id})"
+        )
         raise Refused(v2.FORBIDDEN, message)
 
     def _verify(self, metadata: Any, tables: AuthTables) -> str:

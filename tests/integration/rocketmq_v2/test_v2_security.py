@@ -193,6 +193,7 @@ async def test_a_replayed_signature_is_refused_and_audited_with_its_request_id(
     status = await _route(cluster, [*two_days_ago, ("x-mq-request-id", "replay-1")])
     assert status.code == v2.UNAUTHORIZED
     assert "from the server's clock" in status.message, status.message
+    assert status.message.endswith("(request id replay-1)")  # what finds its audit line
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "orbitmq.audit"]
     assert [(x["kind"], x["who"], x["reason"]) for x in lines if x["request_id"] == "replay-1"] == [
         ("authentication_failed", APP, "stale")
