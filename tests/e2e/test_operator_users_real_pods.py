@@ -9,6 +9,8 @@
   ``orbitmq produce`` and ``orbitmq consume`` over TLS, and gets its message back.
 * ``audit-app`` (its own Secret, ``type: secret``; ``Pub`` on another topic only): the same
   produce exits non-zero, its error naming the denial.
+* Bad input: two entries for one resource are refused by the API server (CEL), a source IP
+  with host bits by the operator (``Ready=False``/``InvalidSpec`` naming the field).
 * Deleting ``orders-app`` revokes it: a pod signing with a copy of its old credentials is
   refused at once (the user is unknown to the brokers and name servers).
 
@@ -18,6 +20,7 @@ TLS rotation is the TLS tests' (test_operator_tls_real_pods.py); not repeated he
 from __future__ import annotations
 
 import base64
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,9 @@ OTHER_TOPIC = "AuditLog"
 GROUP = "SecureBilling"
 CA_MOUNT = "/var/run/orbitmq/ca"
 TLS = False
+"""Whether the cluster and the client pods use TLS too. Off for now: with TLS a broker
+advertises its pod's DNS name, which the broker's settings still refuse (optls's work in
+progress); turn on once that lands."""
 SECURITY = {"tls": {"enabled": TLS}, "authentication": {"enabled": True}}
 
 
@@ -142,6 +148,24 @@ grep -F "$key" /tmp/got
 PRODUCE_ONLY = f"orbitmq produce --topic {TOPIC} --count 1 --body denied --json"
 
 
+def check_bad_input(k8s: K8sCluster, ns: str) -> None:
+    """The API server refuses what the CRD says (two entries for one resource); the operator
+    refuses what the brokers' model says (host bits in a CIDR block), naming the field."""
+    overlap = [{"resource": "Topic:x", "actions": ["Pub"]}, {"resource": "Topic:x", "actions": ["Sub"]}]
+    refused = k8s.kubectl(
+        "apply", "-n", ns, "-f", "-", input=json.dumps(user_cr("twice", overlap)), check=False
+    )
+    assert refused.returncode != 0 and "overlapping rules" in refused.stderr, refused.stderr
+    k8s.apply(
+        user_cr("bad-ips", [{"resource": "Topic:x", "actions": ["Pub"], "sourceIps": ["10.0.0.1/8"]}]),
+        namespace=ns,
+    )
+    bad = wait_condition(k8s, ns, "orbitmqusers", "bad-ips", "Ready", "False", "InvalidSpec", 60)
+    message = next(c["message"] for c in bad["status"]["conditions"] if c["type"] == "Ready")
+    assert "spec.authorization.policies[0].sourceIps" in message and "host bits" in message, message
+    k8s.kubectl("delete", "orbitmqusers.orbitmq.io", "bad-ips", "-n", ns, "--timeout=60s")
+
+
 def secret_values(k8s: K8sCluster, ns: str, name: str) -> tuple[str, str]:
     data = k8s.get_json("secret", name, "-n", ns)["data"]
     return base64.b64decode(data["accessKey"]).decode(), base64.b64decode(data["secretKey"]).decode()
@@ -207,6 +231,8 @@ def test_users_produce_consume_are_denied_and_revoked_on_real_pods(
             == "OrbitMQUser"
         )
 
+        check_bad_input(k8s, ns)
+
         phase, log = run_pod(k8s, ns, client_pod(k8s, "orders-client", "orders-app", PRODUCE_CONSUME))
         assert phase == "Succeeded", log
 
@@ -222,7 +248,8 @@ def test_users_produce_consume_are_denied_and_revoked_on_real_pods(
         phase, log = run_pod(k8s, ns, client_pod(k8s, "revoked-client", "orders-copy", PRODUCE_ONLY))
         assert phase == "Failed", log
         assert "orders-app" in log and ("UNAUTHENTICATED" in log or "unknown" in log.lower()), log
+        over = "over TLS" if TLS else "in plaintext"
         print(
-            f"\nreal pods, users: apply -> Ready {ready_s:.1f} s with TLS and auth; orders-app produced and "
-            f"consumed over TLS, audit-app denied, orders-app revoked {revoked_s:.1f} s after kubectl delete"
+            f"\nreal pods, users: apply -> Ready {ready_s:.1f} s with authentication; orders-app produced "
+            f"and consumed {over}, audit-app denied, orders-app revoked {revoked_s:.1f} s after the delete"
         )
