@@ -1,12 +1,13 @@
-"""Users on real pods: an ``OrbitMQCluster`` with TLS and authentication on, two
-``OrbitMQUser`` resources, and client pods that use them the way an application would.
+"""Users on real pods: an ``OrbitMQCluster`` with authentication on (and TLS with
+:data:`TLS`), two ``OrbitMQUser`` resources, and client pods that use them the way an
+application would.
 
 * The operator creates its super user (``<cluster>-operator-user``) and the servers take it as
   their bootstrap super user, so the cluster becomes Ready and the operator's topic reaches
   the brokers through signed calls.
 * ``orders-app`` (generated credentials; ``Pub``/``Sub`` on the topic, ``Sub`` on its group):
-  a pod with its Secret (``secretKeyRef``) and the ``<cluster>-ca-cert`` Secret mounted runs
-  ``orbitmq produce`` and ``orbitmq consume`` over TLS, and gets its message back.
+  a pod with its Secret (``secretKeyRef``), and with TLS the ``<cluster>-ca-cert`` Secret
+  mounted, runs ``orbitmq produce`` and ``orbitmq consume`` and gets its message back.
 * ``audit-app`` (its own Secret, ``type: secret``; ``Pub`` on another topic only): the same
   produce exits non-zero, its error naming the denial.
 * Bad input: two entries for one resource are refused by the API server (CEL), a source IP
