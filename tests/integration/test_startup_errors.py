@@ -38,10 +38,11 @@ def running_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     process.wait(15)
 
 
-def _fails_in_one_line(*args: str) -> str:
-    """Run a command that must fail to start; its only output is one line, which is returned."""
+def _fails_in_one_line(*args: str, status: int = 1) -> str:
+    """Run a command that must fail to start (exit status 2 for a bad setting, 1 for anything
+    else); its only output is one line, which is returned."""
     result = subprocess.run(_orbitmq(*args), capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1, result
+    assert result.returncode == status, result
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr  # no traceback, no gRPC C-core log line (E1124 … add_port.cc)
@@ -114,7 +115,9 @@ def test_a_namesrv_that_is_a_broker_is_named(running_broker: str, tmp_path: Path
 
 
 def test_a_segment_too_small_for_the_largest_message_is_a_settings_error(tmp_path: Path) -> None:
-    line = _fails_in_one_line("broker", "--segment-bytes", "1048576", "--data-dir", str(tmp_path / "b"))
+    line = _fails_in_one_line(
+        "broker", "--segment-bytes", "1048576", "--data-dir", str(tmp_path / "b"), status=2
+    )
     assert "segment_bytes (1048576)" in line and "max_message_bytes" in line
 
 

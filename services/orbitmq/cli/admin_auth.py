@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,12 @@ def user() -> None:
 
 @user.command("create")
 @_USERNAME
-@click.option("--password", "-p", prompt=True, hide_input=True, help="The secret (prompted when not given).")
+@click.option(
+    "--password",
+    "-p",
+    envvar="ORBITMQ_USER_PASSWORD",
+    help="The secret (or ORBITMQ_USER_PASSWORD; prompted when neither is given on a terminal).",
+)
 @click.option(
     "--user-type", "-t", type=_choice(UserType), default="Normal", show_default=True, help=_USER_TYPE_HELP
 )
@@ -176,13 +182,20 @@ def user_create(
     namesrv: str,
     as_json: bool,
     username: str,
-    password: str,
+    password: str | None,
     user_type: str,
     user_status: str,
     cluster: str | None,
 ) -> None:
     """Create a user on every master (RocketMQ createUser). Brokers never answer a secret
     back: keep it where you set it."""
+    if password is None:
+        if not sys.stdin.isatty():
+            raise click.BadParameter(
+                "a user needs a secret: give --password or ORBITMQ_USER_PASSWORD (no terminal to prompt on)",
+                param_hint="--password",
+            )
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     user_type, user_status = _normalized(UserType, user_type), _normalized(UserStatus, user_status)  # type: ignore[assignment]
     brokers = _run(
         lambda a: a.create_user(

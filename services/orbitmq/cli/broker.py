@@ -11,7 +11,13 @@ import click
 from pydantic import ValidationError
 
 from orbitmq.broker.settings import ENV_PREFIX, BrokerSettings
-from orbitmq.cli.common import NAMESRV_ENV, server_auth_options, server_tls_options, settings_or_exit
+from orbitmq.cli.common import (
+    NAMESRV_ENV,
+    SETTINGS_EXIT_CODE,
+    server_auth_options,
+    server_tls_options,
+    settings_or_exit,
+)
 from orbitmq.cli.serve import serve
 
 
@@ -69,7 +75,9 @@ def broker_command(config_file: Path | None, broker_id_from_hostname: bool, **fl
         settings.store_config(settings.advertise_addr or "127.0.0.1:0")
     except ValidationError as error:
         problems = "; ".join(str(issue["msg"]).removeprefix("Value error, ") for issue in error.errors())
-        raise click.ClickException(f"invalid settings: {problems}") from None
+        refused = click.ClickException(f"invalid settings: {problems}")
+        refused.exit_code = SETTINGS_EXIT_CODE
+        raise refused from None
     # uvloop: 6-13 % less broker CPU a send (its event loop wakes several times a call).
     serve(f"broker {settings.broker_name}", run(settings), run_on_fast_loop)
 

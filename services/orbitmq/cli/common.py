@@ -25,13 +25,19 @@ from orbitmq.store.config_store import Permission
 
 T = TypeVar("T", bound=BaseModel)
 
+SETTINGS_EXIT_CODE = 2
+"""Exit status of a command refused for a bad setting (file, environment or flag)."""
+
 
 def settings_or_exit(model: type[T], file: Path | None, env_prefix: str, flags: Mapping[str, Any]) -> T:
-    """Load settings; an invalid one ends the command with its message, never a traceback."""
+    """Load settings; an invalid one ends the command with its message and exit status 2 (a
+    usage error, as click's own for a bad flag), never a traceback."""
     try:
         return load_settings(model, file=file, env_prefix=env_prefix, flags=flags)
     except SettingsError as error:
-        raise click.ClickException(str(error)) from None
+        refused = click.ClickException(str(error))
+        refused.exit_code = SETTINGS_EXIT_CODE
+        raise refused from None
 
 
 def check_namesrv(_context: click.Context, _parameter: click.Parameter, value: str | None) -> str | None:
@@ -174,6 +180,33 @@ def server_auth_options(function: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def users_file_options(whose: str, synced: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--auth-users-file`` of a server that keeps no users itself, and with ``synced`` the
+    interval it fetches the brokers' users from the name servers at (sidecar, proxy)."""
+    options = [
+        click.option(
+            "--auth-users-file",
+            type=click.Path(dir_okay=False, exists=True, path_type=Path),
+            help=f"With --auth-enabled: {whose} users and ACLs (YAML/JSON, ACL 2.0) besides the brokers'.",
+        )
+    ]
+    if synced:
+        options.append(
+            click.option(
+                "--auth-sync-interval-ms",
+                type=int,
+                help="With --auth-enabled: how often the brokers' users are fetched, default 1000.",
+            )
+        )
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
 
 
 def server_tls_options(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import server_auth_options, server_tls_options, settings_or_exit
+from orbitmq.cli.common import server_auth_options, server_tls_options, settings_or_exit, users_file_options
 from orbitmq.cli.serve import serve
 from orbitmq.nameserver.settings import ENV_PREFIX, NameServerSettings
 
-SETTINGS_EXIT_CODE = 2
 """Bad settings are a usage error (click's code for one), distinct from a crash (1)."""
 
 
@@ -26,11 +25,7 @@ SETTINGS_EXIT_CODE = 2
 @click.option("--broker-expiry-ms", type=int, help="Drop a broker silent this long, default 120000.")
 @server_tls_options
 @server_auth_options
-@click.option(
-    "--auth-users-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="With --auth-enabled: users and ACLs (YAML/JSON, ACL 2.0) besides the bootstrap super user.",
-)
+@users_file_options("more", synced=False)
 def namesrv(config_file: Path | None, **flags: object) -> None:
     """Run a name server: the route registry brokers register with and clients query.
 
@@ -38,11 +33,7 @@ def namesrv(config_file: Path | None, **flags: object) -> None:
     """
     from orbitmq.nameserver.server import run
 
-    try:
-        settings = settings_or_exit(NameServerSettings, config_file, ENV_PREFIX, flags)
-    except click.ClickException as error:
-        error.exit_code = SETTINGS_EXIT_CODE
-        raise
+    settings = settings_or_exit(NameServerSettings, config_file, ENV_PREFIX, flags)
     serve("namesrv", run(settings))
 
 

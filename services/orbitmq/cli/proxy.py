@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import server_auth_options, server_tls_options, settings_or_exit
+from orbitmq.cli.common import server_auth_options, server_tls_options, settings_or_exit, users_file_options
 from orbitmq.cli.serve import serve
 from orbitmq.proxy.settings import ENV_PREFIX, ProxySettings
 
-SETTINGS_EXIT_CODE = 2
 """Bad settings are a usage error (click's code for one), distinct from a crash (1)."""
 
 
@@ -30,11 +29,7 @@ SETTINGS_EXIT_CODE = 2
 @click.option("--advertise", help="host:port put into routes when a client names no access point.")
 @server_tls_options
 @server_auth_options
-@click.option(
-    "--auth-users-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="With --auth-enabled: the clients' users and ACLs (YAML/JSON, ACL 2.0) besides the super user.",
-)
+@users_file_options("the clients'", synced=True)
 def proxy(config_file: Path | None, **flags: object) -> None:
     """Run a proxy: the official Apache RocketMQ 5 clients connect here (their endpoint).
 
@@ -42,21 +37,10 @@ def proxy(config_file: Path | None, **flags: object) -> None:
     With --auth-enabled the clients sign with their session credentials; the proxy signs its own
     calls to the cluster as ORBITMQ_PROXY_ACCESS_KEY (or ORBITMQ_ACCESS_KEY, or its super user).
     """
-    from orbitmq.common.guard import AuthUsersError, load_users_file
     from orbitmq.common.loop import run_on_fast_loop
     from orbitmq.proxy.server import run
 
-    try:
-        settings = settings_or_exit(ProxySettings, config_file, ENV_PREFIX, flags)
-        if settings.auth_enabled and settings.auth_users_file is not None:
-            load_users_file(settings.auth_users_file)  # a bad file is a usage error, named here
-    except AuthUsersError as error:
-        refused = click.ClickException(str(error))
-        refused.exit_code = SETTINGS_EXIT_CODE
-        raise refused from None
-    except click.ClickException as error:
-        error.exit_code = SETTINGS_EXIT_CODE
-        raise
+    settings = settings_or_exit(ProxySettings, config_file, ENV_PREFIX, flags)
     serve("proxy", run(settings), run_on_fast_loop)  # a relay, like the sidecar: uvloop pays
 
 

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli.common import NAMESRV_ENV, server_auth_options, server_tls_options, settings_or_exit
+from orbitmq.cli.common import (
+    NAMESRV_ENV,
+    server_auth_options,
+    server_tls_options,
+    settings_or_exit,
+    users_file_options,
+)
 from orbitmq.cli.serve import serve
 
 
@@ -22,11 +28,7 @@ from orbitmq.cli.serve import serve
 @click.option("--group", help="Consumer group.")
 @server_tls_options
 @server_auth_options
-@click.option(
-    "--auth-users-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="With --auth-enabled: the applications' users and ACLs (YAML/JSON, ACL 2.0).",
-)
+@users_file_options("the applications'", synced=True)
 @click.option(
     "--subscribe",
     "subscriptions",

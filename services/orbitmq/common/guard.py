@@ -40,7 +40,7 @@ from typing import Any
 
 import grpc
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from orbitmq.auth import audit
 from orbitmq.auth.decide import DecisionCache, IpAddress, Need, Verdict
@@ -121,6 +121,36 @@ def load_users_file(path: Path) -> AuthTables:
         return AuthTables(users=tuple(data.get("users") or ()), acls=tuple(data.get("acls") or ()))
     except ValidationError as error:
         raise AuthUsersError(f"auth users file {path}: {'; '.join(describe_errors(error))}") from None
+
+
+class UsersFileAuth(ServerAuth):
+    """:class:`ServerAuth` of a server that keeps no users itself (name server, sidecar, proxy):
+    besides the bootstrap super user, the users of ``auth_users_file``."""
+
+    auth_users_file: Path | None = None
+    """YAML/JSON ``{"users": [...], "acls": [...]}`` (RocketMQ ACL 2.0 documents) checked with auth
+    on, besides the brokers' users (a username both have is the brokers') and the bootstrap super
+    user; read at start, so a bad file is refused there, naming the file, the field and the rule."""
+
+    @field_validator("auth_users_file")
+    @classmethod
+    def _check_users_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                load_users_file(value)
+            except AuthUsersError as error:
+                raise ValueError(str(error)) from None
+        return value
+
+
+class SyncedAuth(UsersFileAuth):
+    """:class:`UsersFileAuth` of a server that also takes the users stored on the brokers from the
+    name servers (:class:`~orbitmq.common.auth_sync.SyncedTables`): sidecars and proxies."""
+
+    auth_sync_interval_ms: int = Field(default=1_000, ge=100)
+    """With auth on, how often the users and ACLs stored on the brokers are fetched from the name
+    servers (as this server's own cluster user, which must be a super user there): the longest a
+    deleted user keeps getting in. They are layered over ``auth_users_file``'s."""
 
 
 def with_bootstrap(tables: AuthTables, user: User | None) -> AuthTables:

@@ -6,11 +6,9 @@ Sources, later winning field by field: a YAML/JSON file (``--config``), environm
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import ConfigDict, Field, field_validator
 
-from orbitmq.common.guard import ServerAuth
+from orbitmq.common.guard import UsersFileAuth
 from orbitmq.common.server import split_host_port
 from orbitmq.common.tls import ServerTls
 from orbitmq.nameserver.routes import DEFAULT_BROKER_EXPIRY_MS
@@ -18,7 +16,7 @@ from orbitmq.nameserver.routes import DEFAULT_BROKER_EXPIRY_MS
 ENV_PREFIX = "ORBITMQ_NAMESRV_"
 
 
-class NameServerSettings(ServerTls, ServerAuth):
+class NameServerSettings(ServerTls, UsersFileAuth):
     """TLS (``tls_cert``, ``tls_key``, ``tls_ca``, ``tls_require_client_cert``) comes from
     :class:`~orbitmq.common.tls.ServerTls`: off unless a certificate is given. Auth
     (``auth_enabled``, the bootstrap super user) from :class:`~orbitmq.common.guard.ServerAuth`.
@@ -29,11 +27,6 @@ class NameServerSettings(ServerTls, ServerAuth):
     reader), and with the bootstrap super user (brokers register as it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    auth_users_file: Path | None = None
-    """YAML/JSON ``{"users": [...], "acls": [...]}`` (RocketMQ ACL 2.0 documents) checked with auth
-    on, besides the brokers' users (a username both have is the brokers') and the bootstrap super
-    user; read at start."""
 
     listen: str = "0.0.0.0:9876"
     """gRPC address for brokers and clients (RocketMQ's name server port 9876)."""

@@ -6,12 +6,10 @@ Sources, later winning field by field: a YAML/JSON file (``--config``), environm
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from orbitmq.common.credentials import Credentials, credentials_of, own_credentials
-from orbitmq.common.guard import ServerAuth
+from orbitmq.common.guard import SyncedAuth
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
 from orbitmq.common.tls import ServerTls
@@ -21,7 +19,7 @@ ENV_PREFIX = "ORBITMQ_PROXY_"
 MIB = 1024 * 1024
 
 
-class ProxySettings(ServerTls, ServerAuth):
+class ProxySettings(ServerTls, SyncedAuth):
     """TLS toward the RocketMQ 5 clients (``tls_cert``, ``tls_key``, ``tls_ca``,
     ``tls_require_client_cert``) comes from :class:`~orbitmq.common.tls.ServerTls`: off unless a
     certificate is given. The proxy reaches the cluster as any orbitmq client does, over TLS
@@ -35,13 +33,6 @@ class ProxySettings(ServerTls, ServerAuth):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    auth_users_file: Path | None = None
-    """YAML/JSON ``{"users": [...], "acls": [...]}`` (ACL 2.0 documents) of the clients' users,
-    checked with auth on besides the bootstrap super user."""
-    auth_sync_interval_ms: int = Field(default=1_000, ge=100)
-    """With auth on, how often the users and ACLs stored on the brokers are fetched from the name
-    servers (as the proxy's cluster user, which must be a super user there): the longest a
-    deleted user keeps getting in. They are layered over ``auth_users_file``'s."""
     access_key: str | None = None
     """The user the proxy signs its own calls to name servers and brokers as (a super user, or
     one granted ``Pub``/``Sub`` on what its clients use and ``Get`` on ``Cluster``); unset:

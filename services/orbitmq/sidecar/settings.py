@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from orbitmq.common.guard import ServerAuth
+from orbitmq.common.guard import SyncedAuth
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.namesrv_list import parse_namesrv_list
 from orbitmq.common.server import split_host_port
@@ -42,7 +41,7 @@ class SubscriptionSpec:
         return cls(topic.strip(), expression or "*")
 
 
-class SidecarSettings(ServerTls, ServerAuth):
+class SidecarSettings(ServerTls, SyncedAuth):
     """TLS toward the applications (``tls_cert``, ``tls_key``, ``tls_ca``,
     ``tls_require_client_cert``) comes from :class:`~orbitmq.common.tls.ServerTls`: off unless a
     certificate is given (applications reach it over localhost). The sidecar's consumer reaches
@@ -52,15 +51,6 @@ class SidecarSettings(ServerTls, ServerAuth):
     the name servers every ``auth_sync_interval_ms``) over those of ``auth_users_file``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    auth_users_file: Path | None = None
-    """YAML/JSON ``{"users": [...], "acls": [...]}`` of the applications, checked with auth on:
-    ``Sub`` on the group and its topics to consume, ``Pub`` on a topic to send, ``Update`` on the
-    group to pause and resume."""
-    auth_sync_interval_ms: int = Field(default=1_000, ge=100)
-    """With auth on, how often the users and ACLs stored on the brokers are fetched from the name
-    servers (as the sidecar's own ``ORBITMQ_ACCESS_KEY``, which must be a super user): the longest
-    a deleted user keeps getting in. Their users are layered over ``auth_users_file``'s."""
 
     namesrv: str = "127.0.0.1:9876"
     """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``)."""

@@ -258,6 +258,10 @@ async def test_cli_bad_input_exits_2_naming_the_value_and_rule(cluster: Cluster)
     acl = ["admin", "acl", "create", "-s", "User:app", "-d", "Allow"]
     cases = [
         (["admin", "user", "create", "-u", "app", "-p", ""], "password: a user needs a non-empty secret"),
+        (
+            ["admin", "user", "create", "-u", "app"],
+            "a user needs a secret: give --password or ORBITMQ_USER_PASSWORD",
+        ),
         ([*acl, "-r", "Topic:a", "-a", "Pub,Fly"], "'--actions' / '-a': unknown action 'Fly'"),
         ([*acl, "-r", "Topic:a,Topic:b*c", "-a", "Pub"], "resource 'Topic:b*c': '*' may only end a name"),
         ([*acl, "-r", "Queue:a", "-a", "Pub"], "resource 'Queue:a': unknown type 'Queue'"),
