@@ -308,11 +308,17 @@ async def alternate(
     plain_round: Callable[[], Awaitable[float]],
     rounds: int,
 ) -> tuple[list[float], list[float]]:
-    """Rounds alternating secure then plain (each returns a rate or a latency); both lists."""
+    """Rounds of both sides (each returns a rate or a latency), which goes first swapping every
+    round (a side that always ran first, or second, would meet the machine in another state:
+    a drain right after another one's, say); both lists."""
     secure_values, plain_values = [], []
-    for _ in range(rounds):
-        secure_values.append(await secure_round())
-        plain_values.append(await plain_round())
+    for index in range(rounds):
+        if index % 2 == 0:
+            secure_values.append(await secure_round())
+            plain_values.append(await plain_round())
+        else:
+            plain_values.append(await plain_round())
+            secure_values.append(await secure_round())
     return secure_values, plain_values
 
 

@@ -40,7 +40,7 @@ from orbitmq.client.producer import Producer
 from orbitmq.common.tls import ClientTls
 from orbitmq.store.record import StoredMessage
 
-ROUNDS = 3
+ROUNDS = 5
 LATENCY_TOPIC = "SecureLatency"
 
 
@@ -92,28 +92,25 @@ async def _measure(
 ) -> None:
     await asyncio.gather(secure.prepare(), plain.prepare())
     await asyncio.sleep(0.5)
-    topics = iter(_topics())
-    produced: list[str] = []
+    topics = _topics()
+    done: dict[Side, int] = {secure: 0, plain: 0}
+    """Rounds each side has run: round ``n`` of either side uses topic ``n``."""
 
     async def produce_round(side: Side) -> float:
-        if side is secure:
-            produced.append(next(topics))
-        return await side.produce(produced[-1], messages)
+        index, done[side] = done[side], done[side] + 1
+        return await side.produce(topics[index], messages)
 
     secure_rates, plain_rates = await alternate(
         lambda: produce_round(secure), lambda: produce_round(plain), ROUNDS
     )
     emit(_figure("secure_e2e_produce_batched", secure_rates, plain_rates, "orbitmq produce --batch 128", 0.8))
 
-    rounds = iter(range(ROUNDS))
-    current: list[int] = []
+    done.update({secure: 0, plain: 0})
 
     async def consume_round(side: Side) -> float:
-        if side is secure:
-            current.append(next(rounds))
-        index = current[-1]
+        index, done[side] = done[side], done[side] + 1
         label = f"{'secure' if side is secure else 'plain'} drain {index + 1}/{ROUNDS}"
-        return await side.consume(produced[index], f"bench-secure-e2e-{index}", messages, label)
+        return await side.consume(topics[index], f"bench-secure-e2e-{index}", messages, label)
 
     secure_rates, plain_rates = await alternate(
         lambda: consume_round(secure), lambda: consume_round(plain), ROUNDS
