@@ -37,7 +37,7 @@ from orbitmq.common.credentials import Credentials
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.tasks import TaskSet
-from orbitmq.common.tls import ClientTls
+from orbitmq.common.tls import ClientTls, explain, may_be_handshake
 from orbitmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, Property
 from orbitmq.store.message_filter import TagFilter
 from orbitmq.store.record import StoredMessage, decode_all
@@ -95,6 +95,8 @@ class PushConsumer:
         self._read_from_slave: set[MessageQueue] = set()
         """Queues whose master advised reading from a slave (it is far behind)."""
         self._unreachable_until: dict[str, float] = {}
+        self._tls_refused: set[str] = set()
+        """Brokers whose TLS handshake refusal was logged (once, until a call there succeeds)."""
         """Broker addresses that failed with UNAVAILABLE, and until when reads avoid them."""
         self._process_queues: dict[MessageQueue, ProcessQueue[StoredMessage]] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
@@ -392,7 +394,9 @@ class PushConsumer:
                 )
             except grpc.aio.AioRpcError as error:
                 log.info("client list of %s from %s failed: %s", self.group, address, error.code().name)
+                await self._name_tls_refusal(address, error)
                 continue
+            self._tls_refused.discard(address)
             if self.client_id in reply.client_ids:
                 return list(reply.client_ids)
             log.info("%s does not list %s in %s yet", address, self.client_id, self.group)
@@ -508,6 +512,17 @@ class PushConsumer:
             except KeyError:  # the route lost this broker: rebalance will drop the queue
                 await asyncio.sleep(s.exception_delay_ms / 1000)
 
+    async def _name_tls_refusal(self, address: str, error: grpc.aio.AioRpcError) -> None:
+        """Log why a broker refuses the TLS handshake, once per broker until a call there
+        succeeds: rebalances and pulls are retried in the background, and UNAVAILABLE alone
+        does not say that a wrong CA or an expired certificate keeps the queues from being read."""
+        if address in self._tls_refused or not may_be_handshake(error):
+            return
+        refused = await explain(error, address, self._channels.tls)
+        if refused is not None:
+            self._tls_refused.add(address)
+            log.warning("consumer %s cannot read from %s: %s", self.group, address, refused.message)
+
     def _flow_controlled(self, pq: ProcessQueue[StoredMessage]) -> bool:
         s = self.settings
         for reason, over in (
@@ -530,6 +545,7 @@ class PushConsumer:
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.UNAVAILABLE:
                 self._unreachable_until[address] = time.monotonic() + s.exception_delay_ms / 1000 + 5
+                await self._name_tls_refusal(address, error)
                 if self._read_address(mq) != address:  # a slave can serve it right away
                     reply = await self._pull_rpc(self._read_address(mq), mq, offset, commit, count)
                 else:
@@ -537,6 +553,7 @@ class PushConsumer:
             else:
                 raise
         self._unreachable_until.pop(address, None)
+        self._tls_refused.discard(address)
         if reply.suggest_which_broker_id:
             self._read_from_slave.add(mq)
         else:

@@ -5,6 +5,7 @@ reaching a TLS cluster, and a client CA bundle replaced on disk taken by the nex
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from orbitmq.broker.server import Broker
 from orbitmq.broker.settings import BrokerSettings
 from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
-from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumeStatus
+from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, ConsumeStatus
 from orbitmq.client.message import Message
 from orbitmq.client.producer import Producer
 from orbitmq.client.pull_consumer import PullConsumer
@@ -163,6 +164,38 @@ async def test_a_pull_from_a_broker_refusing_the_handshake_names_the_cause(
         with pytest.raises(TlsError, match="has expired"):
             await puller.pull(queue, 0)
     assert time.monotonic() - started < FAST_S
+
+
+async def test_a_push_consumer_logs_why_a_broker_refuses_the_handshake_once(
+    expired_broker: tuple[NameServer, Pki], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its rebalances and pulls are retried in the background: the log names the cause, once
+    per broker."""
+    namesrv, pki = expired_broker
+    consumer = PushConsumer(
+        "expired-consumer",
+        namesrv.address,
+        listener=lambda messages: ConsumeStatus.CONSUME_SUCCESS,
+        settings=ConsumerSettings(exception_delay_ms=100),
+        tls=ClientTls(tls_ca=pki.ca),
+    )
+    consumer.subscribe("Expired")
+    with caplog.at_level(logging.WARNING, logger="orbitmq.client.consumer"):
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not _refusals(caplog):  # noqa: ASYNC110 - bounded
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1)  # a few more failed pulls of each queue
+        finally:
+            await consumer.close()
+    refusals = _refusals(caplog)
+    assert len(refusals) == 1, refusals
+    assert "cannot read from" in refusals[0] and "has expired" in refusals[0]
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "TLS connection to" in r.getMessage()]
 
 
 async def test_sidecar_sends_and_consumes_through_a_tls_cluster(
