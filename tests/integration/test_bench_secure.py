@@ -39,11 +39,12 @@ def test_send_figures(tmp_path: Path) -> None:
         "tls_connect_ms",
         "auth_sign_us",
         "auth_check_send_us",
+        "auth_check_pull_us",
         "auth_decide_uncached_us",
     }
     for name in ("secure_send_unbatched", "secure_send_batched_128", "tls_connect_ms"):
         assert figures[name]["value"] > 0 and figures[name]["baseline"] > 0, figures[name]  # type: ignore[operator]
-    for name in ("auth_sign_us", "auth_check_send_us", "auth_decide_uncached_us"):
+    for name in ("auth_sign_us", "auth_check_send_us", "auth_check_pull_us", "auth_decide_uncached_us"):
         assert 0 < figures[name]["value"] < 1000, figures[name]  # type: ignore[operator]
     assert list(tmp_path.iterdir()) == []  # stores, certificates and secrets removed
 

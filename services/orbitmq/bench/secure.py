@@ -207,14 +207,17 @@ def check_figures(rounds: int = 5, calls: int = 20_000) -> list[Figure]:
     * ``auth_check_send_us``: a broker's guard on a send: the signature verified against the
       user's secret, then the decision for ``Pub`` on the topic from the connection's cache, as
       :meth:`Guard.authenticate` and :meth:`Guard.authorize` run it on every call;
-    * ``auth_decide_uncached_us``: the same send's decision on a connection's first call (the
+    * ``auth_check_pull_us``: the same for a pull, whose needs (``Sub`` on the topic and on the
+      group) the guard reads from each request with the RPC's rule, as it does for every call
+      but a send's (decided on the topic the broker's C path scanned);
+    * ``auth_decide_uncached_us``: the send's decision on a connection's first call (the
       user's ACL walked), what a cache miss costs once per connection, topic and tables version.
 
     The guard is the real one over real tables; the call context is a stand-in holding what a
     ``grpc.aio`` context would answer (metadata and peer), so the figures hold the checks alone.
     """
     from orbitmq.auth.model import Acl, Action, User
-    from orbitmq.auth.rpcs import RpcContext, topic_need
+    from orbitmq.auth.rpcs import RULES, RpcContext, topic_need
     from orbitmq.auth.tables import AuthTables
     from orbitmq.common.guard import Guard, fixed
 
@@ -240,26 +243,39 @@ def check_figures(rounds: int = 5, calls: int = 20_000) -> list[Figure]:
     method = "/orbitmq.v1.Broker/SendMessage"
     needs = (topic_need((Action.PUB,), topic),)
     metadata = tuple(credentials.sign(method))
+    pull_method = "/orbitmq.v1.Broker/PullMessage"
+    pull_rule = RULES[pull_method]
+    pull_request = broker_pb2.PullMessageRequest(
+        consumer_group="bench-pull", topic=topic, queue_id=0, queue_offset=0, max_msg_nums=32
+    )
+    rpc_context = RpcContext("DefaultCluster")
+    pull_metadata = tuple(credentials.sign(pull_method))
 
     class Context:
         """What the guard reads of a call: its metadata and its peer."""
 
-        def __init__(self, peer: str) -> None:
+        def __init__(self, peer: str, signed_metadata: tuple[tuple[str, str], ...] = metadata) -> None:
             self._peer = peer
+            self._metadata = signed_metadata
 
         def peer(self) -> str:
             return self._peer
 
         def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-            return metadata
+            return self._metadata
 
     steady = Context("ipv4:127.0.0.1:40000")
+    pulling = Context("ipv4:127.0.0.1:40001", pull_metadata)
 
     def sign() -> None:
         credentials.sign(method)
 
     def check() -> None:
         guard.authorize(guard.authenticate(steady, method), needs)  # type: ignore[arg-type]
+
+    def check_pull() -> None:
+        caller = guard.authenticate(pulling, pull_method)  # type: ignore[arg-type]
+        guard.authorize(caller, pull_rule.needs(pull_request, rpc_context))
 
     fresh = [Context(f"ipv4:127.0.0.1:{port}") for port in range(1, calls + 1)]
     position = 0
@@ -281,6 +297,13 @@ def check_figures(rounds: int = 5, calls: int = 20_000) -> list[Figure]:
             "us/call",
             None,
             "server: signature verified + cached Pub decision",
+        ),
+        Figure(
+            "auth_check_pull_us",
+            _median_us(check_pull, rounds, calls),
+            "us/call",
+            None,
+            "server: signature verified + the request's two needs built and decided (cached)",
         ),
         Figure(
             "auth_decide_uncached_us",

@@ -10,7 +10,8 @@ decides ``Pub`` on the topic.
 * ``secure_send_unbatched`` — one message per call, 16 in flight; baseline the plain broker.
 * ``secure_send_batched_128`` — 128 messages per call, 4 in flight; baseline the plain broker.
 * ``tls_connect_ms`` — a new connection's first answer, TLS against plaintext.
-* ``auth_sign_us``, ``auth_check_send_us``, ``auth_decide_uncached_us`` — the checks' CPU.
+* ``auth_sign_us``, ``auth_check_send_us``, ``auth_check_pull_us``, ``auth_decide_uncached_us``
+  — the checks' CPU.
 """
 
 from __future__ import annotations
