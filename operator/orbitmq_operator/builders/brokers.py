@@ -160,7 +160,7 @@ def _pod_spec(cluster: Cluster, group: int) -> dict[str, Any]:
         "command": broker_command(cluster, group),
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            *([tls.POD_NAME_ENV] if tls.enabled(cluster) else []),
+            *tls.broker_env(cluster),
             *auth.server_env(cluster, "ORBITMQ_BROKER_"),
         ],
         "ports": [common.tcp_port("grpc", names.BROKER_PORT), common.tcp_port("metrics", spec.metrics.port)],

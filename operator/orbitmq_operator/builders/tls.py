@@ -103,6 +103,15 @@ def broker_advertise(cluster: Cluster, group: int) -> str:
 
 
 POD_NAME_ENV = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+STORE_HOST_ENV = {"name": "ORBITMQ_BROKER_STORE_HOST", "value": f"$(POD_IP):{names.BROKER_PORT}"}
+"""A broker advertising its DNS name still writes its pod IP into records and message ids
+(RocketMQ's storeHost is an IP address); ``$(POD_IP)`` is the variable defined before it."""
+
+
+def broker_env(cluster: Cluster) -> list[dict[str, Any]]:
+    """The variables a broker needs under TLS (after ``POD_IP``): its pod name for the
+    advertised address, its store host."""
+    return [POD_NAME_ENV, STORE_HOST_ENV] if enabled(cluster) else []
 
 
 def health_probes(metrics_port_name: str, startup_budget_s: int) -> dict[str, Any]:

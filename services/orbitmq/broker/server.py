@@ -134,7 +134,9 @@ class Broker:
         port = self.grpc.bind()
         host, _ = split_host_port(settings.listen)
         self.address = settings.advertise_addr or f"{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-        self.service = StoreService(settings.store_config(self.address), clock=self.clock)
+        self.service = StoreService(
+            settings.store_config(settings.store_host or self.address), clock=self.clock
+        )
         await self.service.start()
         self.store = self.service.store
         self.role = RoleState(self.store.root, settings.broker_role, settings.broker_id)

@@ -34,6 +34,10 @@ class BrokerSettings(ServerTls, ServerAuth):
     """Prometheus /metrics HTTP address; empty disables."""
     advertise_addr: str | None = None
     """Address registered with name servers; default: the bound address (127.0.0.1 for 0.0.0.0)."""
+    store_host: str | None = None
+    """``ip:port`` written into stored records and offset message ids (RocketMQ's storeHost, an
+    IP address by format); default: ``advertise_addr``. Set when that is a DNS name (a
+    Kubernetes broker under TLS advertises its pod's stable name, which its certificate holds)."""
     namesrv: str = ""
     """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``); empty:
     register nowhere."""
@@ -111,7 +115,7 @@ class BrokerSettings(ServerTls, ServerAuth):
     config_persist_interval_ms: int = Field(default=5_000, ge=10)
     grace_ms: int = Field(default=5_000, ge=0)
 
-    @field_validator("listen", "advertise_addr", "master_addr")
+    @field_validator("listen", "advertise_addr", "master_addr", "store_host")
     @classmethod
     def _check_address(cls, value: str | None) -> str | None:
         if value:

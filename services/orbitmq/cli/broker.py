@@ -72,7 +72,7 @@ def broker_command(config_file: Path | None, broker_id_from_hostname: bool, **fl
         flags["namesrv"] = os.environ[NAMESRV_ENV]
     settings = settings_or_exit(BrokerSettings, config_file, ENV_PREFIX, flags)
     try:  # the store's own rules (a segment must hold the largest message) before anything starts
-        settings.store_config(settings.advertise_addr or "127.0.0.1:0")
+        settings.store_config(settings.store_host or settings.advertise_addr or "127.0.0.1:0")
     except ValidationError as error:
         problems = "; ".join(str(issue["msg"]).removeprefix("Value error, ") for issue in error.errors())
         refused = click.ClickException(f"invalid settings: {problems}")

@@ -88,7 +88,10 @@ def test_brokers_advertise_their_dns_name_under_tls() -> None:
         command = container["command"]
         advertised = command[command.index("--advertise-addr") + 1]
         assert advertised == f"$(POD_NAME).orbit-broker-{group}.mq.svc:10911"
-        assert tls.POD_NAME_ENV in container["env"]
+        env = [e["name"] for e in container["env"]]
+        assert env[:3] == ["POD_IP", "POD_NAME", "ORBITMQ_BROKER_STORE_HOST"], "a $(VAR) needs VAR before it"
+        store_host = next(e["value"] for e in container["env"] if e["name"] == "ORBITMQ_BROKER_STORE_HOST")
+        assert store_host == "$(POD_IP):10911", "records and message ids hold an IP address"
         host = advertised.replace("$(POD_NAME)", f"orbit-broker-{group}-1").rsplit(":", 1)[0]
         assert _certificate_covers(tls.server_names(cluster), host)
 
