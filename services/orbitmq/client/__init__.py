@@ -27,6 +27,8 @@ from orbitmq.client.message import Message, SendResult, SendStatus
 from orbitmq.client.producer import Producer, TransactionProducer
 from orbitmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from orbitmq.client.queue import MessageQueue
+from orbitmq.common.credentials import Credentials
+from orbitmq.common.tls import ClientTls
 from orbitmq.store.record import StoredMessage
 from orbitmq.v1.broker_pb2 import TransactionResolution
 
@@ -39,10 +41,12 @@ __all__ = [
     "BlockingPullConsumer",
     "BlockingPushConsumer",
     "BlockingTransactionProducer",
+    "ClientTls",
     "ConsumeFromWhere",
     "ConsumeStatus",
     "ConsumerMetrics",
     "ConsumerSettings",
+    "Credentials",
     "Message",
     "MessageModel",
     "MessageQueue",

@@ -6,6 +6,9 @@ becomes a blocking call. Listeners of a push consumer keep running on its thread
 
     with BlockingProducer("group", namesrv="127.0.0.1:9876") as producer:
         producer.send(Message("Topic", b"hello"))
+
+Each takes the client's ``tls=`` and ``credentials=`` (the producers and the push consumer among
+their other keywords).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from orbitmq.client.admin import Admin
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.producer import Producer, TransactionProducer
 from orbitmq.client.pull_consumer import PullConsumer
+from orbitmq.common.credentials import Credentials
+from orbitmq.common.tls import ClientTls
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -79,12 +84,20 @@ def BlockingTransactionProducer(
     return Blocking(lambda: TransactionProducer(group, namesrv, **options))
 
 
-def BlockingPullConsumer(group: str, namesrv: str | None = None) -> Blocking[PullConsumer]:
-    return Blocking(lambda: PullConsumer(group, namesrv))
+def BlockingPullConsumer(
+    group: str,
+    namesrv: str | None = None,
+    *,
+    tls: ClientTls | None = None,
+    credentials: Credentials | None = None,
+) -> Blocking[PullConsumer]:
+    return Blocking(lambda: PullConsumer(group, namesrv, tls=tls, credentials=credentials))
 
 
-def BlockingAdmin(namesrv: str) -> Blocking[Admin]:
-    return Blocking(lambda: Admin(namesrv), start=False)
+def BlockingAdmin(
+    namesrv: str, *, tls: ClientTls | None = None, credentials: Credentials | None = None
+) -> Blocking[Admin]:
+    return Blocking(lambda: Admin(namesrv, tls=tls, credentials=credentials), start=False)
 
 
 def BlockingPushConsumer(group: str, namesrv: str | None = None, **options: Any) -> Blocking[PushConsumer]:

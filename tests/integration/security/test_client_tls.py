@@ -17,6 +17,7 @@ from tlskit import Pki, TlsCluster, start_tls_cluster
 from orbitmq.broker.server import Broker
 from orbitmq.broker.settings import BrokerSettings
 from orbitmq.client.admin import Admin
+from orbitmq.client.blocking import BlockingAdmin, BlockingPullConsumer
 from orbitmq.client.consumer import PushConsumer
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, ConsumeStatus
 from orbitmq.client.message import Message
@@ -88,6 +89,13 @@ async def test_every_client_takes_tls_as_a_keyword(mutual: TlsCluster) -> None:
     finally:
         await consumer.close()
     assert sorted(consumed) == sorted(pulled)
+
+    # the blocking facades pass it on too (run off this loop, which serves the cluster)
+    with BlockingAdmin(address, tls=tls) as admin:
+        assert [b.broker_name for b in await asyncio.to_thread(admin.brokers)] == ["broker-a"]
+    with BlockingPullConsumer("kw-blocking", address, tls=tls) as blocking:
+        queues = await asyncio.to_thread(blocking.queues, "KeywordTls")
+    assert len(queues) == 2
 
     # the same clients without a certificate are refused by the mutual-TLS name server, at once
     with pytest.raises(TlsError, match="requires a client certificate"):
