@@ -4,12 +4,21 @@ Channels speak TLS when the client's :class:`~orbitmq.common.tls.ClientTls` has 
 certificate (read from ``ORBITMQ_TLS_*`` unless one is given), plaintext otherwise. A name-server
 call refused at the TLS layer raises :class:`~orbitmq.common.tls.TlsError` naming the cause at
 once: another name server, or waiting, would fail the same way.
+
+A channel keeps the CA and certificate it was opened with for every connection it makes, also
+when it reconnects. So a long-lived client whose CA bundle was replaced on disk (a rotated
+Secret: the old and the new CA) would still refuse servers that moved to the new CA. Channels
+therefore note the state of the TLS files (size, time, inode) when they open one, and a call
+refused at the handshake after the files changed opens the channel again with them
+(:meth:`Channels.renew_if_rotated`) instead of naming a cause that no longer holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,9 +27,11 @@ from orbitmq.common.credentials import Credentials, signed
 from orbitmq.common.namesrv_list import NAMESRV_ENV, parse_namesrv_list
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
-from orbitmq.common.tls import ClientTls, TlsError, explain, open_channel
+from orbitmq.common.tls import ClientTls, TlsError, explain, may_be_handshake, open_channel
 from orbitmq.v1 import broker_pb2_grpc, nameserver_pb2_grpc
 from orbitmq.v1.broker_pb2 import ErrorReason
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
@@ -58,6 +69,8 @@ class Channels:
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         """Stubs are cached: building one creates a callable per RPC method, too dear per call."""
         self._namesrvs: dict[str, nameserver_pb2_grpc.NameServerStub] = {}
+        self._opened_with: dict[str, tuple[tuple[int, int, int], ...]] = {}
+        """The TLS files' state when each address's channel was opened (see the module docstring)."""
         self._retired: list[grpc.aio.Channel] = []
         """Channels replaced by :meth:`reconnect`, closed at :meth:`close`."""
         self._preferred_namesrv = 0
@@ -69,12 +82,46 @@ class Channels:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
+            self._note_tls_state(address)
             channel = self._channels[address] = self._open(address, GRPC_OPTIONS)
         return channel
+
+    def _note_tls_state(self, address: str) -> None:
+        if self.tls.client_enabled:
+            self._opened_with[address] = self._tls_state()
 
     def _open(self, address: str, options: list[tuple[str, Any]]) -> grpc.aio.Channel:
         channel: grpc.aio.Channel = signed(open_channel(address, self.tls, options), self.credentials)
         return channel
+
+    def _tls_state(self) -> tuple[tuple[int, int, int], ...]:
+        """Size, modification time and inode of each TLS file (a Secret swaps a symlink)."""
+        state = []
+        for path in (self.tls.tls_ca, self.tls.tls_cert, self.tls.tls_key):
+            if path is not None:
+                try:
+                    status = Path(path).stat()
+                except OSError:
+                    return ()  # mid-rotation: not a state to open a channel with
+                state.append((status.st_size, status.st_mtime_ns, status.st_ino))
+        return tuple(state)
+
+    def _renewed_after(self, error: BaseException, address: str) -> bool:
+        return may_be_handshake(error) and self.renew_if_rotated(address)
+
+    def renew_if_rotated(self, address: str) -> bool:
+        """Open ``address``'s channel again when the TLS files changed since it was opened
+        (a replaced CA bundle or client certificate); whether it did. Called after a call was
+        refused at the handshake: the next call goes out with the files as they are now."""
+        opened = self._opened_with.get(address)
+        if opened is None or address not in self._channels:
+            return False
+        now = self._tls_state()
+        if not now or now == opened:
+            return False
+        log.info("TLS files changed since the channel to %s was opened: opening it again", address)
+        self.reconnect(address)
+        return True
 
     def broker(self, address: str) -> broker_pb2_grpc.BrokerStub:
         stub = self._brokers.get(address)
@@ -110,6 +157,7 @@ class Channels:
         pending: dict[asyncio.Task[object], int] = {}
         failures: list[str] = []
         refused: TlsError | None = None
+        renewed: set[str] = set()
         try:
             while order or pending:
                 if order:
@@ -128,6 +176,10 @@ class Channels:
                         reply = task.result()
                     except grpc.aio.AioRpcError as error:
                         self._check_reachable_failure(error, address, method)
+                        if address not in renewed and self._renewed_after(error, address):
+                            renewed.add(address)
+                            order.append(index)  # once more, with the files as they are now
+                            continue
                         refused = await explain(error, address, self.tls) or refused
                         failures.append(f"{address} {error.code().name.lower()}")
                         self.unanswered.add(address)
@@ -148,17 +200,22 @@ class Channels:
             f"no name server answered ({'; '.join(failures)}); check --namesrv or {NAMESRV_ENV}",
         )
 
-    async def raise_tls_failure(self, address: str, error: BaseException) -> None:
+    async def raise_tls_failure(self, address: str, error: BaseException) -> bool:
         """Raise a :class:`TlsError` naming the cause when ``error`` (a failed call to
         ``address``) is a refused TLS handshake; return otherwise.
 
         gRPC fails such a call at once as UNAVAILABLE, which callers would retry until their
         deadline; a handshake fails the same way every time, so it ends the operation instead.
         The cause costs one probe handshake, and only for failures whose words may mean TLS.
+        When the TLS files changed since the channel was opened, the channel is opened again
+        and this returns True: the call may be made again at once (:meth:`renew_if_rotated`).
         """
+        if self._renewed_after(error, address):
+            return True
         refused: TlsError | None = await explain(error, address, self.tls)
         if refused is not None:
             raise refused from None
+        return False
 
     @staticmethod
     def _check_reachable_failure(error: grpc.aio.AioRpcError, address: str, method: str) -> None:
@@ -227,6 +284,7 @@ class Channels:
         self._namesrvs.pop(address, None)
         if channel is not None:
             self._retired.append(channel)
+        self._note_tls_state(address)
         self._channels[address] = self._open(address, FRESH_CHANNEL_OPTIONS)
 
     async def close(self) -> None:

@@ -515,8 +515,11 @@ class PushConsumer:
     async def _name_tls_refusal(self, address: str, error: grpc.aio.AioRpcError) -> None:
         """Log why a broker refuses the TLS handshake, once per broker until a call there
         succeeds: rebalances and pulls are retried in the background, and UNAVAILABLE alone
-        does not say that a wrong CA or an expired certificate keeps the queues from being read."""
-        if address in self._tls_refused or not may_be_handshake(error):
+        does not say that a wrong CA or an expired certificate keeps the queues from being read.
+        When the client's TLS files changed instead, the channel is opened again with them."""
+        if not may_be_handshake(error) or self._channels.renew_if_rotated(address):
+            return  # not the handshake, or the TLS files changed: the next call uses them
+        if address in self._tls_refused:
             return
         refused = await explain(error, address, self._channels.tls)
         if refused is not None:

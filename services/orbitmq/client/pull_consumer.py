@@ -139,8 +139,10 @@ class PullConsumer:
         try:
             reply = await self._channels.broker(address).PullMessage(request, timeout=wait_ms / 1000 + 10)
         except grpc.aio.AioRpcError as error:  # a refused handshake: TlsError naming the cause
-            await self._channels.raise_tls_failure(address, error)
-            raise
+            if not await self._channels.raise_tls_failure(address, error):
+                raise
+            # the channel was opened again with TLS files changed since (a rotated CA bundle)
+            reply = await self._channels.broker(address).PullMessage(request, timeout=wait_ms / 1000 + 10)
         status = PullStatus[broker_pb2.PullStatus.Name(reply.status)]
         if raw:
             records = list(reply.records)

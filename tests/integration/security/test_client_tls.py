@@ -272,3 +272,58 @@ async def test_a_replaced_ca_bundle_is_read_by_the_next_client(tmp_path: Path) -
             assert await admin.brokers() == []
     finally:
         await namesrv.close()
+
+
+async def test_a_long_lived_client_takes_a_rotated_ca_bundle_when_it_reconnects(tmp_path: Path) -> None:
+    """The servers move to a new CA and the client's bundle file gets both; a producer and a
+    pull consumer made before the rotation keep working once the broker restarts (their
+    channels reconnect, and are opened again with the bundle, not refused with the old CA)."""
+    old, new = Pki(tmp_path / "old", "old"), Pki(tmp_path / "new", "new")
+    served = old.issue("server")
+    servers_trust = tmp_path / "servers-ca.pem"  # the broker's own calls trust either CA
+    servers_trust.write_bytes(old.ca.read_bytes() + new.ca.read_bytes())
+    bundle = tmp_path / "client-ca.pem"
+    bundle.write_bytes(old.ca.read_bytes())
+    pem = {"tls_cert": served.cert, "tls_key": served.key}
+    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None, **pem))
+    await namesrv.start()
+
+    def broker_settings(listen: str) -> BrokerSettings:
+        return BrokerSettings(
+            data_dir=tmp_path / "broker",
+            namesrv=namesrv.address,
+            tls_ca=servers_trust,
+            **{**TEST_SETTINGS, "listen": listen},
+            **pem,
+        )
+
+    broker = Broker(broker_settings("127.0.0.1:0"))
+    await broker.start()
+    tls = ClientTls(tls_ca=bundle)
+    producer = Producer("rotating", namesrv.address, tls=tls)
+    puller = PullConsumer("rotating-reader", namesrv.address, tls=tls)
+    try:
+        await producer.start()
+        async with Admin(namesrv.address, tls=tls) as admin:
+            await admin.create_topic("Rotating", read_queue_nums=1, write_queue_nums=1)
+        await producer.send(Message("Rotating", b"before"))
+        queue = (await puller.queues("Rotating"))[0]
+        assert [m.body for m in (await puller.pull(queue, 0)).messages] == [b"before"]
+
+        renewed = new.issue("renewed")  # the rotation: servers' files in place, the client's bundle
+        served.key.write_bytes(renewed.key.read_bytes())
+        served.cert.write_bytes(renewed.cert.read_bytes())
+        bundle.write_bytes(old.ca.read_bytes() + new.ca.read_bytes())
+        address = broker.grpc.address
+        await broker.close()  # the clients' connections to it drop; they reconnect to the new one
+        broker = Broker(broker_settings(address))
+        await broker.start()
+
+        result = await producer.send(Message("Rotating", b"after"))
+        assert result.queue_offset == 1
+        assert [m.body for m in (await puller.pull(queue, 0)).messages] == [b"before", b"after"]
+    finally:
+        await puller.close()
+        await producer.close()
+        await broker.close()
+        await namesrv.close()
