@@ -71,19 +71,34 @@ def credentials_of(
     return Credentials(access_key, secret_key)
 
 
-class _Signed:
-    """A multi-callable whose calls carry a fresh signature of ``method``."""
+SIGNATURE_REUSE_NS = 100_000_000
+"""How long a method's signature is reused for the next calls of the same multi-callable. A
+captured signature is good for its method within the server's window (minutes) anyway, so
+reusing one for 100 ms weakens nothing; it saves the HMAC and, above all, lets gRPC's header
+compression send the unchanged date and signature as indexes: per-call header values that
+change every call cost the broker about as much CPU as the checks themselves (measured on pulls:
+half the headers' cost gone with reuse)."""
 
-    __slots__ = ("_callable", "_credentials", "_method")
+
+class _Signed:
+    """A multi-callable whose calls carry a recent signature of ``method``
+    (:data:`SIGNATURE_REUSE_NS`) and a request id of their own."""
+
+    __slots__ = ("_callable", "_credentials", "_method", "_signature", "_signed_until_ns")
 
     def __init__(self, callable_: Any, method: str, credentials: Credentials) -> None:
         self._callable = callable_
         self._method = method
         self._credentials = credentials
+        self._signature: list[tuple[str, str]] = []
+        self._signed_until_ns = 0
 
     def __call__(self, *args: Any, metadata: Any = None, **kwargs: Any) -> Any:
-        signed = self._credentials.sign(self._method)
-        signed.append((REQUEST_ID_HEADER, f"{_REQUEST_ID_PREFIX}{next(_request_numbers):x}"))
+        now = time.monotonic_ns()
+        if now >= self._signed_until_ns:
+            self._signature = self._credentials.sign(self._method)
+            self._signed_until_ns = now + SIGNATURE_REUSE_NS
+        signed = [*self._signature, (REQUEST_ID_HEADER, f"{_REQUEST_ID_PREFIX}{next(_request_numbers):x}")]
         metadata = signed if metadata is None else [*metadata, *signed]
         return self._callable(*args, metadata=metadata, **kwargs)
 
