@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -58,7 +56,6 @@ from orbitmq.auth.model import (
 from orbitmq.auth.tables import AuthTables
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.store.config_store import ConfigPersistError, JsonConfigStore
-from orbitmq.store.mapped_file import fsync_directory
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
@@ -313,48 +310,9 @@ def same_content(a: AuthTables, b: AuthTables) -> bool:
 
 class PrivateJsonFile(JsonConfigStore[AuthTables]):
     """A :class:`JsonConfigStore` whose file and ``.bak`` are created readable by their owner
-    only (``os.open`` with :data:`FILE_MODE`; the process umask can only narrow it further)."""
+    only (:data:`FILE_MODE`; the process umask can only narrow it further)."""
 
-    def _write_atomically(self, data: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self._temp_path()
-        try:
-            _write_private(temp, data)
-            self._keep_private_backup()
-            os.replace(temp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                temp.unlink(missing_ok=True)
-            raise
-        fsync_directory(self.path.parent)
-
-    def _keep_private_backup(self) -> None:
-        """``.bak`` becomes the current file: a hard link keeps its mode; a copy (no hard links
-        on this filesystem) is created private like the file."""
-        temp = self._temp_path()
-        try:
-            try:
-                os.link(self.path, temp)
-            except FileNotFoundError:
-                return  # the first write: nothing to keep
-            except OSError:
-                try:
-                    _write_private(temp, self.path.read_bytes())
-                except FileNotFoundError:
-                    return
-            os.replace(temp, self.bak_path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                temp.unlink(missing_ok=True)
-            raise
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
+    file_mode = FILE_MODE
 
 
 class AuthStore:

@@ -272,6 +272,9 @@ class JsonConfigStore(Generic[T]):
     a lock, and ``load`` deletes the temporary files an interrupted ``persist`` left behind.
     """
 
+    file_mode: int = 0o644
+    """Mode the file and its ``.bak`` are created with (a store of secrets narrows it)."""
+
     def __init__(self, path: Path | str, schema: type[T] | TypeAdapter[T], empty: Callable[[], T]) -> None:
         self._path = Path(path)
         self._adapter: TypeAdapter[T] = schema if isinstance(schema, TypeAdapter) else TypeAdapter(schema)
@@ -392,7 +395,7 @@ class JsonConfigStore(Generic[T]):
         self._path.parent.mkdir(parents=True, exist_ok=True)
         temp = self._temp_path()
         try:
-            _write_durably(temp, data)
+            _write_durably(temp, data, self.file_mode)
             self._keep_backup()
             os.replace(temp, self._path)
         except BaseException:
@@ -411,7 +414,7 @@ class JsonConfigStore(Generic[T]):
                 return  # first write: nothing to keep
             except OSError:  # no hard links on this filesystem
                 try:
-                    _write_durably(temp, self._path.read_bytes())
+                    _write_durably(temp, self._path.read_bytes(), self.file_mode)
                 except FileNotFoundError:
                     return
             os.replace(temp, self.bak_path)
@@ -456,8 +459,10 @@ def _short(value: object) -> str:
     return text if len(text) <= _MAX_INPUT_SHOWN else text[: _MAX_INPUT_SHOWN - 3] + "..."
 
 
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def _write_durably(path: Path, data: bytes, mode: int) -> None:
+    """Create ``path`` with ``mode`` (the umask may only narrow it: never a chmod after, when
+    another process could already have opened it) and write ``data`` durably."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as file:
         file.write(data)
         file.flush()
