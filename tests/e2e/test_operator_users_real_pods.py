@@ -2,8 +2,9 @@
 :data:`TLS`), two ``OrbitMQUser`` resources, and client pods that use them the way an
 application would.
 
-* The operator creates its super user (``<cluster>-operator-user``) and the servers take it as
-  their bootstrap super user, so the cluster becomes Ready and the operator's topic reaches
+* The operator runs in a pod under its own RBAC (it reads and creates Secrets), creates its
+  super user (``<cluster>-operator-user``), and the servers take it as their
+  bootstrap super user, so the cluster becomes Ready and the operator's topic reaches
   the brokers through signed calls.
 * ``orders-app`` (generated credentials; ``Pub``/``Sub`` on the topic, ``Sub`` on its group):
   a pod with its Secret (``secretKeyRef``), and with TLS the ``<cluster>-ca-cert`` Secret
@@ -21,15 +22,27 @@ TLS rotation is the TLS tests' (test_operator_tls_real_pods.py); not repeated he
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from k8s_testbed_support import K8sCluster
-from operatorkit import get, wait_condition
-from realpods import RUN_AS, cluster_cr, host_volumes, operated_namespace, pod_settings, wait_ready
+from operatorkit import get, install_crds, wait_condition
+from realpods import (
+    RUN_AS,
+    cluster_cr,
+    create_namespace,
+    delete_host_volumes,
+    host_volumes,
+    pod_settings,
+    wait_ready,
+)
+
+from orbitmq_operator.rbac import rbac_manifests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
 
@@ -38,10 +51,80 @@ TOPIC = "SecureOrders"
 OTHER_TOPIC = "AuditLog"
 GROUP = "SecureBilling"
 CA_MOUNT = "/var/run/orbitmq/ca"
-TLS = False
-"""Whether the cluster and the client pods use TLS too. Off for now: with TLS a broker
-advertises its pod's DNS name, which the broker's settings still refuse (optls's work in
-progress); turn on once that lands."""
+TLS = True
+"""Whether the cluster and the client pods use TLS too."""
+OPERATOR = {"app.kubernetes.io/name": "orbitmq-operator-e2e"}
+
+
+def operator_deployment(k8s: K8sCluster, namespace: str, account: str) -> dict[str, Any]:
+    """``orbitmq-operator --namespace <ns> --standalone`` in a pod on the real node, as a user
+    runs it: in the pod network (under TLS brokers advertise their pods' DNS names, which only
+    cluster DNS resolves), under its ServiceAccount and least-privilege RBAC."""
+    host = pod_settings(k8s)
+    container = {
+        "name": "operator",
+        "image": k8s.info["real_node"]["image"],
+        "imagePullPolicy": "Never",
+        "command": ["/usr/bin/env", "orbitmq-operator"],  # the image's PATH starts with the venv's bin
+        "args": ["--namespace", namespace, "--standalone", "--liveness", ""],
+        "env": [
+            # kopf's identity: the pod's name (the image has no passwd entry for the pods' uid)
+            {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "ORBITMQ_OPERATOR_CLUSTER_RESYNC_S", "value": "2"},
+            {"name": "ORBITMQ_OPERATOR_RESOURCE_RESYNC_S", "value": "2"},
+        ],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "readOnlyRootFilesystem": True},
+        "volumeMounts": [*host["volumeMounts"], {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "orbitmq-operator", "labels": OPERATOR},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": OPERATOR},
+            "template": {
+                "metadata": {"labels": OPERATOR},
+                "spec": {
+                    "serviceAccountName": account,
+                    "nodeSelector": host["nodeSelector"],
+                    "terminationGracePeriodSeconds": 10,
+                    "volumes": [*host["volumes"], {"name": "tmp", "emptyDir": {}}],
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+@contextlib.contextmanager
+def operator_in_cluster(k8s: K8sCluster, prefix: str) -> Iterator[str]:
+    """A new namespace watched by an operator pod; on the way out its users, topics and clusters are
+    deleted while the operator runs (their finalizers), then the namespace, volumes and the
+    operator's cluster-wide RBAC; the operator's log is printed when the block failed."""
+    install_crds(k8s)
+    namespace = create_namespace(k8s, prefix)
+    grants = rbac_manifests(namespace, [namespace], name=f"orbitmq-operator-{namespace}")
+    k8s.apply(*grants)
+    k8s.apply(operator_deployment(k8s, namespace, grants[0]["metadata"]["name"]), namespace=namespace)
+    try:
+        yield namespace
+    except BaseException:
+        selector = ",".join(f"{k}={v}" for k, v in OPERATOR.items())
+        print(k8s.kubectl("logs", "-l", selector, "-n", namespace, "--tail=300", check=False).stdout)
+        raise
+    finally:
+        for plural in ("orbitmqusers", "orbitmqtopics", "orbitmqclusters"):
+            k8s.kubectl(
+                "delete", f"{plural}.orbitmq.io", "--all", "-n", namespace, "--timeout=60s", check=False
+            )
+        k8s.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        delete_host_volumes(k8s, namespace)
+        for obj in grants:
+            if "namespace" not in obj["metadata"]:
+                k8s.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], check=False)
+
+
 SECURITY = {"tls": {"enabled": TLS}, "authentication": {"enabled": True}}
 
 
@@ -176,7 +259,7 @@ def test_users_produce_consume_are_denied_and_revoked_on_real_pods(
     k8s_real_node: K8sCluster, tmp_path: Path
 ) -> None:
     k8s = k8s_real_node
-    with operated_namespace(k8s, "e2e-users", tmp_path) as ns:
+    with operator_in_cluster(k8s, "e2e-users") as ns:
         host_volumes(k8s, ns, CLUSTER, groups=1, replicas=1, root=tmp_path / "volumes")
         started = time.monotonic()
         k8s.apply(
