@@ -102,4 +102,4 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         termination_grace_s=TERMINATION_GRACE_S,
         env=auth.server_env(cluster, "ORBITMQ_PROXY_"),
     )
-    return tls.with_tls(cluster, pod)
+    return tls.with_tls(cluster, pod, as_client=True)

@@ -125,15 +125,31 @@ def health_probes(metrics_port_name: str, startup_budget_s: int) -> dict[str, An
     return out
 
 
-def with_tls(cluster: Cluster, pod_spec: dict[str, Any]) -> dict[str, Any]:
+def client_env(cluster: Cluster) -> list[dict[str, str]]:
+    """``ORBITMQ_TLS_*`` of a process that reaches the cluster as a client (the proxy): the same
+    files, its certificate presented for mutual TLS."""
+    mount = names.TLS_MOUNT
+    env = [{"name": "ORBITMQ_TLS_CA", "value": f"{mount}/{names.CA_CERT}"}]
+    if cluster.spec.security.tls.require_client_cert:
+        env += [
+            {"name": "ORBITMQ_TLS_CERT", "value": f"{mount}/{names.TLS_CERT}"},
+            {"name": "ORBITMQ_TLS_KEY", "value": f"{mount}/{names.TLS_KEY}"},
+        ]
+    return env
+
+
+def with_tls(cluster: Cluster, pod_spec: dict[str, Any], *, as_client: bool = False) -> dict[str, Any]:
     """``pod_spec`` (one orbitmq container) serving TLS: the Secret mounted, the flags added,
-    the probes on ``/health``; unchanged with TLS off."""
+    the probes on ``/health``, and with ``as_client`` (the proxy, which reaches name servers
+    and brokers as a client library does) :func:`client_env`; unchanged with TLS off."""
     if not enabled(cluster):
         return pod_spec
     out = dict(pod_spec)
     (container,) = out["containers"]
     container = dict(container)
     container["command"] = [*container["command"], *server_args(cluster)]
+    if as_client:
+        container["env"] = [*container.get("env", []), *client_env(cluster)]
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         container.pop(probe, None)
     budget = _startup_budget(pod_spec["containers"][0])

@@ -152,3 +152,24 @@ def test_issuer_gives_a_certificate_for_the_same_names() -> None:
 def test_issuer_and_secret_name_are_exclusive() -> None:
     with pytest.raises(ValueError, match="issuer and secretName are exclusive"):
         make({"tls": {"enabled": True, "secretName": "x", "issuer": {"name": "ca", "kind": "Issuer"}}})
+
+
+@pytest.mark.parametrize("mutual", [False, True])
+def test_the_proxy_reaches_the_cluster_over_tls(mutual: bool) -> None:
+    """The proxy calls name servers and brokers as a client library does (``ORBITMQ_TLS_*``)."""
+    container = pods(make({"tls": {"enabled": True, "requireClientCert": mutual}}))["orbit-proxy"][
+        "containers"
+    ][0]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["ORBITMQ_TLS_CA"] == "/var/run/orbitmq/tls/ca.crt"
+    if mutual:
+        assert env["ORBITMQ_TLS_CERT"] == "/var/run/orbitmq/tls/tls.crt"
+        assert env["ORBITMQ_TLS_KEY"] == "/var/run/orbitmq/tls/tls.key"
+    else:
+        assert "ORBITMQ_TLS_CERT" not in env
+    plain = pods(make())["orbit-proxy"]["containers"][0]
+    assert not any(e["name"].startswith("ORBITMQ_TLS_") for e in plain.get("env", []))
+    for name, pod in pods(make({"tls": {"enabled": True}})).items():
+        if name != "orbit-proxy":
+            names_ = [e["name"] for e in pod["containers"][0].get("env", [])]
+            assert not any(n.startswith("ORBITMQ_TLS_") for n in names_), "servers take their flags"
