@@ -220,3 +220,29 @@ def test_an_issuer_gets_a_certificate_and_the_cluster_waits_for_its_secret(
         assert mounted_secret(k8s, ns) == {"sec-tls"}
         assert data(k8s, ns, "sec-ca-cert") == {"ca.crt": ca.cert}
         assert secret(k8s, ns, "sec-ca") is None, "no CA of the operator's own with an issuer"
+
+
+def test_the_api_server_refuses_what_tls_cannot_do(k8s_cluster: K8sCluster, namespace: str) -> None:
+    """Both CEL rules of spec.security.tls, enforced by the API server itself."""
+    k8s, ns = k8s_cluster, namespace
+    install_crds(k8s)
+    both = {"enabled": True, "secretName": "corp", "issuer": {"name": "ca", "kind": "Issuer"}}
+    refused = k8s.kubectl(
+        "apply",
+        "-n",
+        ns,
+        "-f",
+        "-",
+        input=json.dumps(cluster_cr("both", security={"tls": both})),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "issuer and secretName are exclusive" in refused.stderr, refused.stderr
+
+    k8s.apply(cluster_cr("plain", security={"tls": {"enabled": False}}), namespace=ns)
+    patch = json.dumps({"spec": {"security": {"tls": {"enabled": True}}}})
+    turned = k8s.kubectl(
+        "patch", "orbitmqcluster", "plain", "-n", ns, "--type=merge", "-p", patch, check=False
+    )
+    assert turned.returncode != 0
+    assert "security.tls.enabled cannot be changed once set" in turned.stderr, turned.stderr
