@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +94,9 @@ async def cluster_access(api: AsyncClient, namespace: str, cluster: str, spec: C
     return Access(tls=tls, credentials=credentials, namespace=namespace, cluster=cluster)
 
 
+STALE_FILES_S = 600.0
+"""How long files of a previous Secret content are kept (far longer than any holder keeps an
+:class:`Access`: a reconcile, the failover daemon's refresh period)."""
 TLS_FILES_DIR = Path(tempfile.gettempdir()) / "orbitmq-operator-tls"
 """Where the operator keeps the PEM files of its channels (gRPC reads credentials from files
 through :class:`ClientTls`); under /tmp, the operator's one writable path."""
@@ -124,8 +129,10 @@ async def cluster_tls(api: AsyncClient, namespace: str, cluster: str, spec: Clus
 
 
 def _write_files(namespace: str, cluster: str, contents: Mapping[str, str]) -> dict[str, Path]:
-    """``contents`` as files named by their digest (a rotated Secret gives new files; those
-    of the previous content are removed: a channel reads them only when it opens)."""
+    """``contents`` as files named by their digest (a rotated Secret gives new files). Files of
+    earlier contents are removed once :data:`STALE_FILES_S` old: an :class:`Access` still held
+    (the failover daemon keeps one for ten seconds) reads them when it opens a
+    channel, so they must outlive it."""
     folder = TLS_FILES_DIR / namespace / cluster
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     digest = hashlib.sha256("\0".join(contents[k] for k in sorted(contents)).encode()).hexdigest()[:16]
@@ -136,8 +143,15 @@ def _write_files(namespace: str, cluster: str, contents: Mapping[str, str]) -> d
             partial.write_text(contents[key])
             partial.chmod(0o600)
             partial.replace(path)
+    now = time.time()
+    for path in out.values():
+        os.utime(path)  # in use: its age counts from now
     for stale in folder.iterdir():
-        if stale not in out.values() and not stale.name.endswith(".partial"):
+        try:
+            old = now - stale.stat().st_mtime > STALE_FILES_S
+        except FileNotFoundError:
+            continue
+        if stale not in out.values() and old:
             stale.unlink(missing_ok=True)
     return out
 
