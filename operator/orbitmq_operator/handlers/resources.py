@@ -65,11 +65,12 @@ async def find_cluster(client: AsyncClient, namespace: str, name: str) -> Mappin
     return None if body["metadata"].get("deletionTimestamp") else body
 
 
-async def _access(memo: kopf.Memo, cluster: Mapping[str, Any]) -> Access:
-    """The cluster's access; TLS Secrets it cannot be reached with are a refusal naming them
-    (retried: the cluster's reconcile makes or waits for them)."""
+async def cluster_access_or_refuse(client: AsyncClient, cluster: Mapping[str, Any]) -> Access:
+    """The cluster's access for a resource's handler (topic, group, user); TLS Secrets it cannot
+    be reached with are a refusal naming them (retried: the cluster's reconcile makes or waits
+    for them)."""
     try:
-        return await access_of(memo["client"], cluster)
+        return await access_of(client, cluster)
     except TlsProblem as problem:
         raise ResourceRefused(problem.reason, problem.message) from None
 
@@ -99,7 +100,7 @@ async def apply_resource(
             refuse(Reason.CLUSTER_NOT_FOUND, message, conditions.refused(Reason.CLUSTER_NOT_FOUND, message))
             raise kopf.TemporaryError(message, delay=RETRY_S)
         namesrv = await namesrv_for(memo["client"], memo["config"], cluster)
-        access = await _access(memo, cluster)
+        access = await cluster_access_or_refuse(memo["client"], cluster)
         applied = await apply(namesrv, spec, spec.cluster, access)
     except ResourceRefused as error:
         verdict = conditions.waiting if error.retriable else conditions.refused
@@ -130,7 +131,7 @@ async def delete_resource(
         return
     try:
         namesrv = await namesrv_for(memo["client"], memo["config"], cluster)
-        access = await _access(memo, cluster)
+        access = await cluster_access_or_refuse(memo["client"], cluster)
         deleted = await delete(namesrv, name, cluster_name, access)
     except ResourceRefused as error:
         events.warning(body, error.reason, f"{error.message}; deletion retried in 30 s")

@@ -30,9 +30,13 @@ from orbitmq_operator.builders import auth, names
 from orbitmq_operator.builders.errors import SpecError
 from orbitmq_operator.handlers import events
 from orbitmq_operator.handlers.clusters import RESYNC_S, write_status
-from orbitmq_operator.handlers.resources import RESOURCE_RESYNC_S, RETRY_S, find_cluster
+from orbitmq_operator.handlers.resources import (
+    RESOURCE_RESYNC_S,
+    RETRY_S,
+    cluster_access_or_refuse,
+    find_cluster,
+)
 from orbitmq_operator.reconcile import conditions
-from orbitmq_operator.reconcile.access import access_of
 from orbitmq_operator.reconcile.cluster import now_rfc3339
 from orbitmq_operator.reconcile.conditions import Reason
 from orbitmq_operator.reconcile.namesrv import namesrv_for
@@ -135,7 +139,7 @@ async def reconcile_user(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo) ->
         desired = DesiredUser(
             credentials.access_key, credentials.secret_key, spec.user_type, spec.acl(credentials.access_key)
         )
-        access = await access_of(client, cluster)
+        access = await cluster_access_or_refuse(client, cluster)
         namesrv = await namesrv_for(client, memo["config"], cluster)
         previous = (body.status or {}).get("username", "")
         if previous and previous != desired.username:
@@ -197,7 +201,7 @@ async def user_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **
         logger.info("user %r: cluster %r is gone, nothing to delete from", username, cluster_name)
         return
     try:
-        access = await access_of(client, cluster)
+        access = await cluster_access_or_refuse(client, cluster)
         namesrv = await namesrv_for(client, memo["config"], cluster)
         deleted = await delete_user(access, namesrv, cluster_name, username)
     except (ResourceRefused, SecretProblem) as error:
