@@ -75,7 +75,7 @@ def statefulset(cluster: Cluster) -> Manifest:
     }
 
 
-def namesrv_command(metrics_port: int) -> list[str]:
+def namesrv_command(metrics_port: int, cluster: str) -> list[str]:
     return [
         "orbitmq",
         "--log-level",
@@ -85,6 +85,8 @@ def namesrv_command(metrics_port: int) -> list[str]:
         f"0.0.0.0:{names.NAMESRV_PORT}",
         "--metrics-listen",
         f"0.0.0.0:{metrics_port}",
+        "--cluster",
+        cluster,  # what Cluster:<name> grants mean at the name server: the brokers' cluster
     ]
 
 
@@ -94,7 +96,7 @@ def _pod_spec(cluster: Cluster) -> dict[str, Any]:
         cluster,
         names.NAMESRV,
         container=CONTAINER,
-        command=namesrv_command(spec.metrics.port),
+        command=namesrv_command(spec.metrics.port, cluster.name),
         grpc_port=names.NAMESRV_PORT,
         startup_budget_s=STARTUP_BUDGET_S,
         resources=spec.name_servers.resources,

@@ -22,6 +22,10 @@ from orbitmq.nameserver.settings import ENV_PREFIX, NameServerSettings
 )
 @click.option("--listen", help="gRPC address, default 0.0.0.0:9876.")
 @click.option("--metrics-listen", help="Prometheus /metrics address, default 0.0.0.0:9877; '' disables.")
+@click.option(
+    "--cluster",
+    help="With --auth-enabled: the Cluster:<name> its cluster-wide calls need, default DefaultCluster.",
+)
 @click.option("--broker-expiry-ms", type=int, help="Drop a broker silent this long, default 120000.")
 @server_tls_options
 @server_auth_options

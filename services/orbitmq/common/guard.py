@@ -454,8 +454,7 @@ def _copy_marks(source: Any, target: Any) -> None:
 
 
 NAMESRV_CLUSTER = "DefaultCluster"
-"""The cluster a name server's cluster-wide RPCs (cluster info, topic lists, write-perm changes)
-act on: a name server may serve several clusters and its requests do not name one."""
+"""The cluster a sidecar's cluster-wide RPCs act on (its requests do not name one)."""
 
 
 def namesrv_guard(settings: Any, provider: TablesProvider | None = None) -> Guard | None:
@@ -467,7 +466,7 @@ def namesrv_guard(settings: Any, provider: TablesProvider | None = None) -> Guar
     if provider is None:
         tables = load_users_file(settings.auth_users_file) if settings.auth_users_file else AuthTables()
         provider = fixed(with_bootstrap(tables, settings.bootstrap_user()))
-    return Guard(provider, RpcContext(NAMESRV_CLUSTER), window_ms=settings.auth_window_ms)
+    return Guard(provider, RpcContext(settings.cluster), window_ms=settings.auth_window_ms)
 
 
 def sidecar_guard(settings: Any, synced: TablesProvider | None = None) -> Guard | None:

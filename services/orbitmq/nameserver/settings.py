@@ -28,6 +28,11 @@ class NameServerSettings(ServerTls, UsersFileAuth):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    cluster: str = "DefaultCluster"
+    """With auth on, the cluster its cluster-wide RPCs (cluster info, topic lists, write-perm
+    changes) are decided against (``Cluster:<name>`` in ACLs): those requests name no cluster.
+    The operator sets it to the resource's name, as its brokers' ``cluster``."""
+
     listen: str = "0.0.0.0:9876"
     """gRPC address for brokers and clients (RocketMQ's name server port 9876)."""
     metrics_listen: str | None = "0.0.0.0:9877"

@@ -434,3 +434,40 @@ async def test_every_audit_line_carries_the_request_id_the_refusal_names(
     assert events[client_id]["kind"] == "denied" and events[client_id]["who"] == APP
     assert events[server_id]["kind"] == "authentication_failed"
     assert all(e["request_id"] for e in events.values())
+
+
+@pytest.mark.parametrize(("granted", "allowed"), [("prod", True), ("DefaultCluster", False)])
+async def test_namesrv_decides_cluster_wide_calls_against_its_cluster_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, granted: str, allowed: bool
+) -> None:
+    """A name server of cluster ``prod`` (the operator passes ``--cluster <resource name>``)
+    grants its cluster info to ``Get`` on ``Cluster:prod``, not on the default cluster's name."""
+    reader = User(username="reader", password="reader-secret")
+    acl = Acl.model_validate(
+        {
+            "subject": "User:reader",
+            "policies": [
+                {"entries": [{"resource": f"Cluster:{granted}", "actions": ["Get"], "decision": "Allow"}]}
+            ],
+        }
+    )
+    users_file = tmp_path / "users.json"
+    users_file.write_text(
+        AuthTables(users=(reader,), acls=(acl,)).model_dump_json(by_alias=True, include={"users", "acls"})
+    )
+    namesrv = NameServer(
+        NameServerSettings(
+            listen="127.0.0.1:0", metrics_listen=None, auth_users_file=users_file, cluster="prod", **AUTH
+        )
+    )
+    await namesrv.start()
+    try:
+        _as(monkeypatch, "reader", "reader-secret")
+        async with Admin(namesrv.address) as admin:
+            if allowed:
+                assert await admin.brokers() == []
+            else:
+                with pytest.raises(Exception, match="reader may not Get on Cluster:prod"):
+                    await admin.brokers()
+    finally:
+        await namesrv.close()

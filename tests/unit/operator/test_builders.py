@@ -172,7 +172,9 @@ def test_name_servers() -> None:
     assert sts["spec"]["serviceName"] == "orbit-namesrv-headless"
     assert sts["spec"]["podManagementPolicy"] == "Parallel"
     assert "--metrics-listen" in container(sts)["command"]
-    assert container(sts)["command"][-1] == "0.0.0.0:9200"
+    command = container(sts)["command"]
+    assert command[command.index("--metrics-listen") + 1] == "0.0.0.0:9200"
+    assert command[command.index("--cluster") + 1] == "orbit"  # Cluster:<name> grants at the name server
     assert {p["name"]: p["containerPort"] for p in container(sts)["ports"]} == {"grpc": 9876, "metrics": 9200}
     assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9200"
     client = objects["Service", "orbit-namesrv"]["spec"]
