@@ -359,6 +359,30 @@ def bench_spark(as_json: bool, messages: int, max_offsets_per_trigger: int, work
     )
 
 
+@bench.command("fuzz")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: calls, statuses, problems.")
+@click.option(
+    "--requests",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(100, 10_000_000),
+    help="Requests to each server, shared equally by its RPCs.",
+)
+@click.option("--seed", default=27, show_default=True, type=int, help="Hypothesis seed (a run repeats).")
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_fuzz(as_json: bool, requests: int, seed: int, work_dir: Path | None) -> None:
+    """Property-based requests (hypothesis) at every RPC of the name server, broker, proxy and
+    sidecar; exits 1 when a server failed a check (tests/integration/fuzz runs it small)."""
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        raise click.UsageError("bench fuzz needs hypothesis: pip install 'orbitmq[test]'") from None
+    from orbitmq.bench.fuzz import run
+
+    if not run(requests, work_dir, as_json, seed=seed):
+        raise SystemExit(1)
+
+
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command
