@@ -42,6 +42,7 @@ _CODES: dict[int, grpc.StatusCode] = {
     ErrorReason.SLAVE_READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorReason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorReason.WOULD_HIDE_MESSAGES: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorReason.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -204,7 +205,7 @@ def error_mapping_registrar(server: grpc.aio.Server) -> GenericRegistrar:
 
 def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     """``handler`` answering failures with reasons (see :func:`error_mapping_registrar`)."""
-    behaviour = handler.unary_unary or handler.stream_stream
+    behaviour = handler.unary_unary or handler.stream_stream or handler.unary_stream
     raw = getattr(behaviour, "takes_request_bytes", False)
     parse = _safe_deserializer(None if raw else handler.request_deserializer, method)
     serialize = None if getattr(behaviour, "returns_reply_bytes", False) else handler.response_serializer
@@ -238,6 +239,24 @@ def with_error_mapping(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcM
                 await _abort(context, failure)
 
         return grpc.stream_stream_rpc_method_handler(stream_stream, parse, serialize)
+    if handler.unary_stream is not None:
+        # Server streams (the proxy's ReceiveMessage and PullMessage) need the safe parse too:
+        # grpc's own raised DecodeError out of the call, answered UNKNOWN with a traceback logged.
+        stream_of = handler.unary_stream
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                _check_parsed(request)
+                async for response in stream_of(request, context):
+                    yield response
+            except Exception as error:
+                failure = _as_failure(error)
+                if failure is None:
+                    log.exception("stream %s failed", method)
+                    raise
+                await _abort(context, failure)
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, parse, serialize)
     return handler
 
 
