@@ -26,6 +26,8 @@ from orbitmq.common.tally import LatencyTally
 
 if TYPE_CHECKING:
     from orbitmq.broker.server import Broker
+    from orbitmq.store.config import StoreConfig
+    from orbitmq.store.disk import DiskGuard
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +212,7 @@ class BrokerStateCollector(Collector):
         flushes.add_metric([name], histogram_buckets(tally), sum_value=tally.total_seconds)
         yield flushes
         yield from _disk_gauges(commitlog.directory, name)
+        yield from _disk_guard_metrics(b.store.disk, b.store.config, name)
 
 
 class ConsumerGroupCollector(Collector):
@@ -311,6 +314,43 @@ def _disk_gauges(directory: Path, broker: str) -> Iterator[GaugeMetricFamily]:
     )
     available.add_metric([broker], stats.f_bavail * stats.f_frsize)
     yield available
+
+
+def _disk_guard_metrics(
+    disk: DiskGuard, config: StoreConfig, broker: str
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """What the store's disk check last read and did (see :mod:`orbitmq.store.disk`): the used
+    ratio beside the ratio at which sends are refused (an alert compares the two, so a broker
+    set to another ratio is judged by its own), whether sends are refused now, and how many were."""
+    state = disk.state
+    ratio = GaugeMetricFamily(
+        "orbitmq_store_disk_used_ratio",
+        "Used share of the file system holding the store, as of the last disk check",
+        labels=["broker"],
+    )
+    ratio.add_metric([broker], state.used_ratio)
+    yield ratio
+    limit = GaugeMetricFamily(
+        "orbitmq_store_disk_full_ratio",
+        "disk_space_warning_level_ratio: past this used share the broker refuses sends",
+        labels=["broker"],
+    )
+    limit.add_metric([broker], config.disk_space_warning_level_ratio)
+    yield limit
+    full = GaugeMetricFamily(
+        "orbitmq_store_disk_full",
+        "1 while sends are refused because the store's disk is full",
+        labels=["broker"],
+    )
+    full.add_metric([broker], 1 if disk.refusal is not None else 0)
+    yield full
+    refused = CounterMetricFamily(
+        "orbitmq_store_disk_full_refusals",
+        "Sends refused with DISK_FULL since the broker started",
+        labels=["broker"],
+    )
+    refused.add_metric([broker], disk.refused_writes)
+    yield refused
 
 
 class PopCollector(Collector):

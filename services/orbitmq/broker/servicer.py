@@ -168,6 +168,8 @@ def _pull_reply(status: int, result: GetResult, suggest: int) -> bytes:
 def put_failure(result: PutResult) -> RpcFailure:
     if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
         return RpcFailure(ErrorReason.MESSAGE_ILLEGAL, result.reason or result.status.value)
+    if result.status is PutStatus.DISK_FULL:
+        return RpcFailure(ErrorReason.DISK_FULL, result.reason or "the store's disk is full")
     return RpcFailure(
         ErrorReason.SERVICE_NOT_AVAILABLE, f"{result.status.value}: {result.reason or 'store failure'}"
     )

@@ -66,6 +66,17 @@ class BrokerSettings(ServerTls, ServerAuth):
     file_reserved_time_ms: int = Field(default=72 * 3_600_000, ge=1)
     clean_interval_ms: int = Field(default=10_000, ge=1)
     """How often retention looks for segments to delete (RocketMQ's cleanResourceInterval)."""
+    disk_max_used_space_ratio: float = Field(default=0.75, gt=0, le=1)
+    """Disk used past this: retention runs every disk check, not every ``clean_interval_ms``
+    (RocketMQ's diskMaxUsedSpaceRatio)."""
+    disk_space_clean_forcibly_ratio: float = Field(default=0.85, gt=0, le=1)
+    """Disk used past this: the oldest segments are deleted before their retention time
+    (RocketMQ's diskSpaceCleanForciblyRatio)."""
+    disk_space_warning_level_ratio: float = Field(default=0.90, gt=0, le=1)
+    """Disk used past this: sends are refused with DISK_FULL until it is below again; reads,
+    acks and offset commits go on (RocketMQ's diskSpaceWarningLevelRatio)."""
+    disk_check_interval_ms: int = Field(default=1_000, ge=1)
+    """How often the store's disk usage is read."""
 
     auto_create_topic: bool = True
     """Create a topic on its first send, with ``default_topic_queue_nums`` queues (or the queue
@@ -185,6 +196,10 @@ class BrokerSettings(ServerTls, ServerAuth):
             index_max_entries=self.index_max_entries,
             file_reserved_time_ms=self.file_reserved_time_ms,
             clean_interval_ms=self.clean_interval_ms,
+            disk_max_used_space_ratio=self.disk_max_used_space_ratio,
+            disk_space_clean_forcibly_ratio=self.disk_space_clean_forcibly_ratio,
+            disk_space_warning_level_ratio=self.disk_space_warning_level_ratio,
+            disk_check_interval_ms=self.disk_check_interval_ms,
             delay_levels=self.delay_levels,
             pull_from_slave_lag_bytes=self.pull_from_slave_lag_bytes,
         )

@@ -34,6 +34,7 @@ REASON_CODES: dict[int, int] = {
     ErrorReason.WOULD_HIDE_MESSAGES: v2.PRECONDITION_FAILED,
     ErrorReason.USER_NOT_EXIST: v2.NOT_FOUND,
     ErrorReason.ACL_NOT_EXIST: v2.NOT_FOUND,
+    ErrorReason.DISK_FULL: v2.HA_NOT_AVAILABLE,  # RocketMQ's broker: SERVICE_NOT_AVAILABLE, "disk is full"
 }
 """A broker's or name server's reason -> the v2 code (unlisted: ``INTERNAL_SERVER_ERROR``)."""
 

@@ -66,6 +66,24 @@ class StoreConfig(BaseModel):
     clean_interval_ms: int = Field(default=10_000, ge=1)
     delete_segments_per_pass: int = Field(default=10, ge=1)
 
+    # Disk space, RocketMQ's three ratios of the store's file system (used / size, as df shows),
+    # checked every ``disk_check_interval_ms`` and after any write the disk refused.
+    disk_max_used_space_ratio: float = Field(default=0.75, gt=0, le=1)
+    """Past this, retention runs at every disk check instead of every ``clean_interval_ms``
+    (RocketMQ's diskMaxUsedSpaceRatio, 75 %): expired segments go as soon as they expire."""
+    disk_space_clean_forcibly_ratio: float = Field(default=0.85, gt=0, le=1)
+    """Past this, the oldest segments are deleted before their ``file_reserved_time_ms``, one
+    pass at a time until the disk is below it (RocketMQ's diskSpaceCleanForciblyRatio, 85 %):
+    unconsumed messages go rather than the broker stopping; the newest segment and anything not
+    yet flushed or dispatched stay."""
+    disk_space_warning_level_ratio: float = Field(default=0.90, gt=0, le=1)
+    """Past this, sends are refused with DISK_FULL until the disk is below it again (RocketMQ's
+    diskSpaceWarningLevelRatio, 90 %, its "disk full" flag); reads, acks and offset commits go
+    on. 1.0 never refuses before the disk itself does."""
+    disk_check_interval_ms: int = Field(default=1_000, ge=1)
+    """How often the disk's used ratio is read (one statvfs): a writer can fill at most this
+    long's worth of sends past the warning ratio before sends are refused."""
+
     max_transfer_count: int = Field(default=1024, ge=1, le=65_536)
     """Most messages one read returns (RocketMQ's maxTransferCountOnMessageInMemory, 32 there).
     A reader asks for what it wants (a push consumer 32, or up to 512 while it has a backlog);
@@ -108,6 +126,11 @@ class StoreConfig(BaseModel):
             raise ValueError(
                 f"segment_bytes ({self.segment_bytes}) must hold a record with a max-size body: "
                 f"at least {smallest_record} for max_message_bytes {self.max_message_bytes}"
+            )
+        if not self.disk_max_used_space_ratio <= self.disk_space_clean_forcibly_ratio:
+            raise ValueError(
+                f"disk_max_used_space_ratio ({self.disk_max_used_space_ratio}) must not exceed "
+                f"disk_space_clean_forcibly_ratio ({self.disk_space_clean_forcibly_ratio})"
             )
         return self
 

@@ -34,6 +34,7 @@ from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoi
 from orbitmq.store.commitlog import AppendedBatch, CommitLog, RecoveryReport
 from orbitmq.store.config import BrokerRole, StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueue, Unit
+from orbitmq.store.disk import DiskGuard
 from orbitmq.store.dispatcher import Dispatcher
 from orbitmq.store.index_file import IndexService
 from orbitmq.store.mapped_file import FsyncFn, fsync_directory, list_offset_files
@@ -149,6 +150,8 @@ class MessageStore:
             self.commitlog, self._queue_of, self.index.build_batch, config.delay_levels_ms
         )
         self._put_lock = threading.Lock()
+        self.disk = DiskGuard(config)
+        """The disk's used ratio and whether sends are refused for it (see :mod:`orbitmq.store.disk`)."""
         self.dispatch_on_put = False
         """Dispatch each put's records as part of the put when nothing precedes them (the running
         broker's choice, see :class:`~orbitmq.store.service.StoreService`); off, puts only queue
@@ -424,6 +427,7 @@ class MessageStore:
             topic_raw is None
             or not self._open
             or self.role is BrokerRole.SLAVE
+            or self.disk.refusal is not None
             or batch.topic in DUE_TIME_TOPICS  # units are due times: the dispatcher reads properties
             or not self._shared_fields_known(batch)
             or columns.body_max > self.config.max_message_bytes
@@ -440,6 +444,10 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
         if self.role is BrokerRole.SLAVE:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
+        refusal = self.disk.refusal
+        if refusal is not None:
+            self.disk.refused_writes += 1
+            return PutResult(PutStatus.DISK_FULL, reason=refusal)
         return None
 
     def _shared_fields_known(self, batch: MessageBatch | ScannedBatch) -> bool:
@@ -462,16 +470,27 @@ class MessageStore:
     def _append(self, append: Callable[..., AppendedBatch], batch: Batch, *args: Any) -> PutResult:
         """``append(batch, *args, store time)`` under the put lock, then hand its records to the
         dispatcher; a failing disk is a result, not an error."""
-        try:
-            with self._put_lock:
+        with self._put_lock:
+            try:
                 appended = append(batch, *args, self.clock.now_ms())
+            except OSError as error:  # nothing of the batch is in the log (see CommitLog)
+                log.error("commit log append failed: %s", error)
+                if self.disk.write_failed(error):
+                    self.disk.refused_writes += 1
+                    return PutResult(PutStatus.DISK_FULL, reason=self.disk.refusal)
+                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
+            try:
                 if self.dispatch_on_put:
                     self.dispatcher.dispatch_appended(batch, appended)
                 else:
                     self.dispatcher.submit(batch, appended)
-        except OSError as error:
-            log.error("commit log append failed: %s", error)
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, reason=str(error))
+            except OSError as error:
+                # The records are in the log (so the send succeeded); a consume-queue file could
+                # not be created. The dispatch loop builds their units once there is room
+                # (units already put are skipped), as after a crash.
+                log.error("dispatch of records at %d failed: %s", appended.first_physical_offset, error)
+                self.disk.write_failed(error)
+                self.dispatcher.submit(batch, appended)
         return PutResult(PutStatus.PUT_OK, appended)
 
     def _topic_bytes(self, topic: str) -> bytes:
@@ -598,12 +617,15 @@ class MessageStore:
         write_checkpoint(self._checkpoint_path, checkpoint)
         return checkpoint
 
-    def delete_expired(self) -> int:
-        """Apply retention: expired segments, then the consume-queue and index data behind them."""
+    def delete_expired(self, *, forcibly: bool = False) -> int:
+        """Apply retention: expired segments, then the consume-queue and index data behind them.
+
+        ``forcibly`` (the disk past ``disk_space_clean_forcibly_ratio``) deletes the oldest
+        segments whatever their age, still never one not yet flushed or dispatched, nor the newest."""
         protect_from = min(self.commitlog.flushed_offset, self.dispatcher.dispatched_offset)
         deleted = self.commitlog.delete_expired(
             self.clock.now_ms(),
-            self.config.file_reserved_time_ms,
+            0 if forcibly else self.config.file_reserved_time_ms,
             protect_from,
             self.config.delete_segments_per_pass,
         )

@@ -18,6 +18,9 @@ class PutStatus(Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     """The store is closed, closing, or a slave (it does not take writes)."""
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    DISK_FULL = "DISK_FULL"
+    """Refused: the store's disk is past ``disk_space_warning_level_ratio`` or refused a write
+    (RocketMQ answers SERVICE_NOT_AVAILABLE with "the broker's disk is full")."""
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"

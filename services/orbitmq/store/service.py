@@ -107,6 +107,7 @@ class StoreService:
             self._tasks.spawn("flush", self._periodic_flush_loop())
         self._tasks.spawn("flush-consume-queues", self._consume_queue_flush_loop())
         self._tasks.spawn("retention", self._retention_loop())
+        self._tasks.spawn("disk", self._disk_loop())
         return self.open_report
 
     async def close(self) -> None:
@@ -206,8 +207,14 @@ class StoreService:
             self._dispatch_wakeup.clear()
             # Yield to the loop between chunks so a big backlog cannot starve requests; a pass
             # that caught up needs no second look (the usual case: one send, one pass).
-            while store.dispatch_pending() > 0 and dispatcher.lag_bytes > 0:  # noqa: ASYNC110
-                await asyncio.sleep(0)
+            try:
+                while store.dispatch_pending() > 0 and dispatcher.lag_bytes > 0:  # noqa: ASYNC110
+                    await asyncio.sleep(0)
+            except OSError as error:  # a consume-queue or index file the disk refused: retry later
+                log.error("dispatch failed, retrying in %d ms: %s", self.config.disk_check_interval_ms, error)
+                store.disk.write_failed(error)
+                await asyncio.sleep(self.config.disk_check_interval_ms / 1000)
+                self._dispatch_wakeup.set()
 
     def _on_flushed(self, flushed: int) -> None:
         """Runs on the loop after each group-commit fsync: answer the writers it covered."""
@@ -245,6 +252,21 @@ class StoreService:
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.clean_interval_ms / 1000)
-            deleted = self.store.delete_expired()
-            if deleted:
-                log.info("retention deleted %d commit-log segment(s)", deleted)
+            self._delete_expired(forcibly=False)
+
+    def _delete_expired(self, *, forcibly: bool) -> int:
+        deleted = self.store.delete_expired(forcibly=forcibly)
+        if deleted:
+            log.info("retention deleted %d commit-log segment(s)%s", deleted, " forcibly" if forcibly else "")
+        return deleted
+
+    async def _disk_loop(self) -> None:
+        """Read the disk's used ratio every ``disk_check_interval_ms``: clean at once past
+        ``disk_max_used_space_ratio``, forcibly past ``disk_space_clean_forcibly_ratio``, and let
+        the store refuse sends past ``disk_space_warning_level_ratio`` (see :mod:`orbitmq.store.disk`)."""
+        disk = self.store.disk
+        while True:
+            state = disk.check()
+            if state.clean_now and self._delete_expired(forcibly=state.clean_forcibly):
+                disk.check()  # space freed: sends may resume before the next period
+            await asyncio.sleep(self.config.disk_check_interval_ms / 1000)

@@ -26,6 +26,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     USER_NOT_EXIST: _ClassVar[ErrorReason]
     ACL_NOT_EXIST: _ClassVar[ErrorReason]
     UNAUTHENTICATED: _ClassVar[ErrorReason]
+    DISK_FULL: _ClassVar[ErrorReason]
 
 class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -81,6 +82,7 @@ WOULD_HIDE_MESSAGES: ErrorReason
 USER_NOT_EXIST: ErrorReason
 ACL_NOT_EXIST: ErrorReason
 UNAUTHENTICATED: ErrorReason
+DISK_FULL: ErrorReason
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_OK: SendStatus
 FLUSH_DISK_TIMEOUT: SendStatus
