@@ -386,6 +386,7 @@ def bench_fuzz(as_json: bool, requests: int, seed: int, work_dir: Path | None) -
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command
+    from orbitmq.cli.chaos import chaos
     from orbitmq.cli.consume import consume
     from orbitmq.cli.local import local
     from orbitmq.cli.namesrv import namesrv
@@ -395,6 +396,7 @@ def _register_commands() -> None:
 
     main.add_command(broker_command)
     main.add_command(admin)
+    main.add_command(chaos)
     main.add_command(consume)
     main.add_command(local)
     main.add_command(namesrv)

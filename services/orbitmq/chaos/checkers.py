@@ -1,0 +1,205 @@
+"""Checkers: pure verdicts over a :class:`~.history.History`.
+
+Each takes the history and returns a :class:`Check` (a pass/fail, a summary table and the first
+violations). :data:`CHECKERS` is the registry ``orbitmq chaos --checker`` chooses from; a later
+checker (transactions all-or-nothing, POP through the proxy) is one more entry.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orbitmq.chaos.history import Delivery, History, Outcome
+
+MAX_LISTED = 20
+"""Violations listed per checker; the counts are always complete."""
+DUPLICATE_WINDOW_S = 3.5
+"""What bounds re-deliveries per fault: a consumer that keeps its queue re-delivers at most what
+it had not committed (its persist interval, 0.5 s in the harness), and one that restarts a queue
+from a promoted slave's copy of the group's offsets re-delivers what that copy lacked (the
+slaves' ``replica_config_interval_ms``, 3 s). So per fault, at most this many seconds of the
+consume rate; the duplicates checker reports the bound and fails beyond it."""
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    summary: dict[str, object]
+    violations: list[dict[str, object]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "ok": self.ok, "summary": self.summary, "violations": self.violations}
+
+
+def acknowledged(history: History) -> set[str]:
+    return {s.message_id for s in history.sends if s.outcome is Outcome.ACKNOWLEDGED}
+
+
+def check_acknowledged_consumed(history: History) -> Check:
+    """Every acknowledged message was delivered to the live consumers and is in the final drain
+    (what the brokers kept): at least once."""
+    acked = acknowledged(history)
+    live = {d.message_id for d in history.deliveries}
+    stored = {d.message_id for d in history.drained}
+    missing_live = sorted(acked - live)
+    missing_stored = sorted(acked - stored)
+    violations = [{"message_id": m, "missing_from": "live consumers"} for m in missing_live[:MAX_LISTED]]
+    violations += [{"message_id": m, "missing_from": "final drain"} for m in missing_stored[:MAX_LISTED]]
+    return Check(
+        "acknowledged_consumed",
+        not missing_live and not missing_stored and history.drain_complete,
+        {
+            "acknowledged": len(acked),
+            "lost_live": len(missing_live),
+            "lost_stored": len(missing_stored),
+            "drain_complete": history.drain_complete,
+        },
+        violations,
+    )
+
+
+def check_order(history: History) -> Check:
+    """Per consumer group and sharding key (one queue), the first deliveries come in send order.
+
+    A key's producer sends one message at a time, numbered; a re-delivery after a rebalance or a
+    failover rewinds (a duplicate, counted elsewhere), but a message delivered for the first time
+    after a later one of its key is a reordering."""
+    streams: dict[tuple[str, str], list[Delivery]] = defaultdict(list)
+    for delivery in history.deliveries:
+        if delivery.sharding_key is not None and delivery.seq is not None:
+            streams[(delivery.group, delivery.sharding_key)].append(delivery)
+    violations: list[dict[str, object]] = []
+    checked = 0
+    for (group, key), deliveries in sorted(streams.items()):
+        seen: set[int] = set()
+        highest = -1
+        for delivery in deliveries:
+            assert delivery.seq is not None
+            if delivery.seq in seen:
+                continue
+            seen.add(delivery.seq)
+            checked += 1
+            if delivery.seq < highest:
+                violations.append(
+                    {
+                        "group": group,
+                        "sharding_key": key,
+                        "seq": delivery.seq,
+                        "after": highest,
+                        "queue_id": delivery.queue_id,
+                        "queue_offset": delivery.queue_offset,
+                    }
+                )
+            highest = max(highest, delivery.seq)
+    return Check(
+        "order",
+        not violations,
+        {"keys": len(streams), "checked": checked, "violations": len(violations)},
+        violations[:MAX_LISTED],
+    )
+
+
+def check_duplicates(history: History) -> Check:
+    """Re-deliveries per group and messages stored twice (a resend after an unknown outcome);
+    fails when re-deliveries exceed :data:`DUPLICATE_WINDOW_S` of consumption per fault."""
+    per_group: dict[str, list[str]] = defaultdict(list)
+    for delivery in history.deliveries:
+        per_group[delivery.group].append(delivery.message_id)
+    span = max((d.at for d in history.deliveries), default=0.0) - min(
+        (d.at for d in history.deliveries), default=0.0
+    )
+    table: dict[str, object] = {}
+    ok = True
+    for group, ids in sorted(per_group.items()):
+        unique = len(set(ids))
+        rate = unique / span if span > 0 else 0.0
+        bound = int(len(history.faults) * DUPLICATE_WINDOW_S * rate) + 1
+        duplicates = len(ids) - unique
+        ok &= duplicates <= bound
+        table[group] = {"deliveries": len(ids), "unique": unique, "duplicates": duplicates, "bound": bound}
+    stored = [d.message_id for d in history.drained]
+    table["stored_twice"] = len(stored) - len(set(stored))
+    return Check("duplicates", ok, table)
+
+
+def check_unacknowledged(history: History) -> Check:
+    """Sends never acknowledged, reported as such: found stored or not, never loss."""
+    acked = acknowledged(history)
+    stored = {d.message_id for d in history.drained}
+    by_outcome: dict[str, set[str]] = defaultdict(set)
+    for send in history.sends:
+        if send.message_id not in acked:
+            by_outcome[send.outcome.value].add(send.message_id)
+    summary: dict[str, object] = {
+        outcome: {"messages": len(ids), "stored_anyway": len(ids & stored)}
+        for outcome, ids in sorted(by_outcome.items())
+    }
+    return Check("unacknowledged", True, summary)
+
+
+def recovery(history: History) -> list[dict[str, object]]:
+    """Per fault: seconds from the fault to the first acknowledged write started after it, and to
+    the moment every message acknowledged by then had been delivered (consumers caught up)."""
+    first_delivery: dict[str, float] = {}
+    for delivery in history.deliveries:
+        first_delivery.setdefault(delivery.message_id, delivery.at)
+    acked_sends = sorted(
+        (s for s in history.sends if s.outcome is Outcome.ACKNOWLEDGED), key=lambda s: s.ended
+    )
+    rows: list[dict[str, object]] = []
+    for fault in history.faults:
+        writes = next((s.ended for s in acked_sends if s.started >= fault.injected_at), None)
+        caught_up: float | None = None
+        if writes is not None:
+            due = [first_delivery.get(s.message_id) for s in acked_sends if s.ended <= writes]
+            if due and all(at is not None for at in due):
+                caught_up = max(fault.injected_at, *(at for at in due if at is not None))
+        rows.append(
+            {
+                "round": fault.round,
+                "fault": fault.fault,
+                "target": fault.target,
+                "writes_s": None if writes is None else round(writes - fault.injected_at, 3),
+                "caught_up_s": None if caught_up is None else round(caught_up - fault.injected_at, 3),
+            }
+        )
+    return rows
+
+
+def check_recovery(history: History) -> Check:
+    """Writes were acknowledged again, and consumers caught up, after every fault."""
+    rows = recovery(history)
+    stuck = [r for r in rows if r["writes_s"] is None or r["caught_up_s"] is None]
+    writes = sorted(float(r["writes_s"]) for r in rows if r["writes_s"] is not None)  # type: ignore[arg-type]
+    caught = sorted(float(r["caught_up_s"]) for r in rows if r["caught_up_s"] is not None)  # type: ignore[arg-type]
+    return Check(
+        "recovery",
+        not stuck,
+        {
+            "faults": len(rows),
+            "writes_p99_s": _p99(writes),
+            "writes_max_s": max(writes, default=None),
+            "caught_up_p99_s": _p99(caught),
+            "caught_up_max_s": max(caught, default=None),
+            "per_fault": rows,
+        },
+        [{"never_recovered": r} for r in stuck[:MAX_LISTED]],
+    )
+
+
+def _p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(0.99 * len(values)))]
+
+
+CHECKERS: dict[str, Callable[[History], Check]] = {
+    "acknowledged_consumed": check_acknowledged_consumed,
+    "order": check_order,
+    "duplicates": check_duplicates,
+    "unacknowledged": check_unacknowledged,
+    "recovery": check_recovery,
+}

@@ -1,0 +1,84 @@
+"""Faults: one per round, chosen at random from a seeded generator.
+
+A fault names a role (the group's current master, its slave, the name server) and an action:
+``kill`` (SIGKILL; local up restarts the process, a master after the group fails over) or
+``pause`` (SIGSTOP, then SIGCONT after a seeded pause between half and one and a half failover
+windows, so some pauses are blips and some make the group fail over while the old master sleeps,
+and it wakes as a stale master). :data:`FAULTS` is the registry; network faults, disk full and a
+clock step slot in as more entries with their own ``inject``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster, signal_quietly
+from orbitmq.chaos.history import FaultRecord
+
+HEAL_WAIT_S = 30.0
+"""How long a kill waits for local up to put a new process in its place."""
+
+
+class Role(Enum):
+    MASTER = "master"
+    SLAVE = "slave"
+    NAMESRV = "namesrv"
+
+
+class Action(Enum):
+    KILL = "kill"
+    PAUSE = "pause"
+
+
+@dataclass(frozen=True)
+class ProcessFault:
+    role: Role
+    action: Action
+
+    @property
+    def name(self) -> str:
+        return f"{self.action.value}-{self.role.value}"
+
+    async def inject(
+        self,
+        cluster: LocalUpCluster,
+        round_no: int,
+        pair: tuple[str, str],
+        rng: random.Random,
+        clock: Callable[[], float],
+    ) -> FaultRecord:
+        """Break ``pair``'s (master, slave) member or the name server; returns when it healed
+        (paused process continued, killed process replaced) or :data:`HEAL_WAIT_S` passed."""
+        target = {Role.MASTER: pair[0], Role.SLAVE: pair[1], Role.NAMESRV: NAMESRV}[self.role]
+        pid = cluster.pids().get(target, 0)
+        record = FaultRecord(round_no, self.name, target, pid, clock())
+        if not pid:
+            record.note = "no PID in local up's run file"
+            return record
+        if self.action is Action.KILL:
+            signal_quietly(pid, signal.SIGKILL)
+            deadline = time.monotonic() + HEAL_WAIT_S
+            while time.monotonic() < deadline:
+                if cluster.pids().get(target, pid) != pid:
+                    record.healed_at = clock()
+                    break
+                await asyncio.sleep(0.1)
+        else:
+            pause_s = rng.uniform(0.5, 1.5) * cluster.failover_after_ms / 1000
+            signal_quietly(pid, signal.SIGSTOP)
+            await asyncio.sleep(pause_s)
+            signal_quietly(pid, signal.SIGCONT)
+            record.healed_at = clock()
+            record.note = f"paused {pause_s:.2f} s"
+        return record
+
+
+FAULTS: dict[str, ProcessFault] = {
+    f.name: f for f in (ProcessFault(role, action) for action in Action for role in Role)
+}

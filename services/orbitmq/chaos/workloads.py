@@ -1,0 +1,219 @@
+"""Workloads: what the clients do while faults happen, every outcome recorded.
+
+* ``sync``: concurrent senders sharing one producer (so sends also travel coalesced);
+* ``batch``: one sender of 8-message batches (one call, one outcome for all 8);
+* ``ordered``: one sender per sharding key, one message at a time, numbered; a send with an
+  unknown outcome is sent again with the same number (as an application would), so a key's
+  acknowledged numbers are its order;
+and their consumers through the public client: a concurrent push group on the first topic and an
+orderly push group on the ordered topic. Any exception from a send counts as an unknown outcome
+(the call may have been stored before the answer was lost); a non-OK status too (with
+SYNC_MASTER, FLUSH_SLAVE_TIMEOUT means the master has it and the slave may not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from orbitmq.chaos.history import Delivery, History, Outcome, Send
+from orbitmq.client import (
+    Admin,
+    ConsumeFromWhere,
+    ConsumerSettings,
+    Message,
+    OrderlyStatus,
+    Producer,
+    PushConsumer,
+    SendStatus,
+    StoredMessage,
+)
+from orbitmq.common.errors import OrbitError
+
+TOPIC = "ChaosTopic"
+ORDERED_TOPIC = "ChaosOrdered"
+QUEUES = 4
+SYNC_SENDERS = 3
+BATCH_SIZE = 8
+ORDERED_KEYS = 4
+SEND_PAUSE_S = 0.01
+"""Between one sender's sends: a steady, modest rate that leaves the 2-core machine to the
+cluster (the harness measures guarantees, not throughput)."""
+SETTINGS = ConsumerSettings(
+    rebalance_ms=2_000,
+    heartbeat_ms=1_000,
+    persist_ms=500,
+    route_refresh_ms=1_000,
+    lock_renew_ms=1_000,
+    orderly_recheck_ms=200,
+    suspend_orderly_ms=200,
+    exception_delay_ms=300,
+    suspend_timeout_ms=2_000,
+    shutdown_timeout_ms=5_000,
+)
+"""Consumer timings shortened so a fault's effects (rebalances, lock renewals, committed
+offsets) play out within a round."""
+GROUPS = {TOPIC: "ChaosConcurrent", ORDERED_TOPIC: "ChaosOrderly"}
+
+
+def body(message_id: str, key: str | None = None, seq: int | None = None) -> bytes:
+    return f"{message_id}|{key or ''}|{'' if seq is None else seq}".encode()
+
+
+def delivery(message: StoredMessage, group: str, at: float) -> Delivery:
+    message_id, key, seq = message.body.decode().split("|")
+    return Delivery(
+        message_id, group, at, message.queue_id, message.queue_offset, key or None, int(seq) if seq else None
+    )
+
+
+@dataclass
+class Workload:
+    """Producers and live consumers of one run, writing into ``history``."""
+
+    namesrv: str
+    history: History
+    clock: Callable[[], float]
+    sending: bool = True
+    _consumers: list[PushConsumer] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        async with Admin(self.namesrv) as admin:
+            for topic in GROUPS:
+                await admin.create_topic(topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        for topic, group in GROUPS.items():
+            consumer = PushConsumer(
+                group,
+                self.namesrv,
+                listener=self._listener(group, topic == ORDERED_TOPIC),
+                orderly=topic == ORDERED_TOPIC,
+                settings=SETTINGS,
+                consume_from=ConsumeFromWhere.FIRST_OFFSET,
+            )
+            consumer.subscribe(topic)
+            await consumer.start()
+            self._consumers.append(consumer)
+        self._tasks.append(asyncio.create_task(self._produce()))
+
+    def _listener(self, group: str, orderly: bool) -> Callable[[list[StoredMessage]], object]:
+        def listen(messages: list[StoredMessage]) -> object:
+            now = self.clock()
+            for message in messages:
+                self.history.add_delivery(delivery(message, group, now))
+            return OrderlyStatus.SUCCESS if orderly else None
+
+        return listen
+
+    async def _produce(self) -> None:
+        async with Producer("ChaosProducer", self.namesrv) as producer:
+            await asyncio.gather(
+                *(self._sync_sender(producer, n) for n in range(SYNC_SENDERS)),
+                self._batch_sender(producer),
+                *(self._ordered_sender(producer, k) for k in range(ORDERED_KEYS)),
+            )
+
+    async def _sync_sender(self, producer: Producer, n: int) -> None:
+        i = 0
+        while self.sending:
+            message_id = f"s{n}-{i}"
+            await self._record([message_id], "sync", producer.send(Message(TOPIC, body(message_id))))
+            i += 1
+            await asyncio.sleep(SEND_PAUSE_S)
+
+    async def _batch_sender(self, producer: Producer) -> None:
+        i = 0
+        while self.sending:
+            ids = [f"b{i}-{j}" for j in range(BATCH_SIZE)]
+            await self._record(ids, "batch", producer.send_batch([Message(TOPIC, body(m)) for m in ids]))
+            i += 1
+            await asyncio.sleep(SEND_PAUSE_S)
+
+    async def _ordered_sender(self, producer: Producer, k: int) -> None:
+        key, seq = f"key{k}", 0
+        while self.sending:
+            message_id = f"o{k}-{seq}"
+            message = Message(ORDERED_TOPIC, body(message_id, key, seq))
+            outcome = await self._record(
+                [message_id], "ordered", producer.send(message, sharding_key=key), key, seq
+            )
+            if outcome is Outcome.ACKNOWLEDGED:
+                seq += 1  # else the same number again: the order a key's acknowledgements define
+            await asyncio.sleep(SEND_PAUSE_S)
+
+    async def _record(
+        self, ids: list[str], workload: str, call: object, key: str | None = None, seq: int | None = None
+    ) -> Outcome:
+        started = self.clock()
+        queue_id = queue_offset = -1
+        error = ""
+        try:
+            result = await call  # type: ignore[misc]
+            outcome = Outcome.ACKNOWLEDGED if result.status is SendStatus.SEND_OK else Outcome.UNKNOWN
+            queue_id, queue_offset = result.queue_id, result.queue_offset
+            if outcome is Outcome.UNKNOWN:
+                error = result.status.value
+        except (OrbitError, grpc.aio.AioRpcError, TimeoutError) as failure:
+            outcome, error = Outcome.UNKNOWN, f"{type(failure).__name__}: {failure}"[:200]
+            await asyncio.sleep(0.05)
+        ended = self.clock()
+        for n, message_id in enumerate(ids):
+            offset = queue_offset + n if queue_offset >= 0 else -1
+            self.history.sends.append(
+                Send(message_id, workload, started, ended, outcome, queue_id, offset, key, seq, error)
+            )
+        return outcome
+
+    async def stop_sending(self) -> None:
+        self.sending = False
+        await asyncio.gather(*self._tasks)
+
+    def acknowledged_after(self, moment: float) -> bool:
+        return any(
+            s.outcome is Outcome.ACKNOWLEDGED and s.started >= moment for s in reversed(self.history.sends)
+        )
+
+    async def close(self) -> None:
+        self.sending = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for consumer in self._consumers:
+            await consumer.close()
+
+
+async def drain(namesrv: str, history: History, clock: Callable[[], float], timeout_s: float) -> None:
+    """Read both topics from the first offset with a fresh group into ``history.drained``: what
+    the brokers kept. Stops once every acknowledged message is seen and nothing new came for a
+    second, or at ``timeout_s`` (``drain_complete`` then False if any is unseen)."""
+    acked = {s.message_id for s in history.sends if s.outcome is Outcome.ACKNOWLEDGED}
+    seen: set[str] = set()
+
+    def listen(messages: list[StoredMessage]) -> None:
+        for message in messages:
+            d = delivery(message, "drain", clock())
+            history.drained.append(d)
+            seen.add(d.message_id)
+
+    consumer = PushConsumer(
+        "ChaosDrain", namesrv, listener=listen, settings=SETTINGS, consume_from=ConsumeFromWhere.FIRST_OFFSET
+    )
+    for topic in GROUPS:
+        consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        last = -1
+        while time.monotonic() < deadline:
+            count = len(history.drained)
+            if acked <= seen and count == last:
+                break
+            last = count
+            await asyncio.sleep(1.0)
+        history.drain_complete = acked <= seen
+    finally:
+        await consumer.close()

@@ -1,0 +1,67 @@
+"""The chaos checkers on small hand-made histories: each guarantee's violation is reported,
+and what the guarantees allow (re-delivery, unknown outcomes) is not."""
+
+from __future__ import annotations
+
+from orbitmq.chaos.checkers import (
+    check_acknowledged_consumed,
+    check_duplicates,
+    check_order,
+    check_recovery,
+    check_unacknowledged,
+)
+from orbitmq.chaos.history import Delivery, FaultRecord, History, Outcome, Send
+
+
+def _history() -> History:
+    """Key k sends 0, 1, 2 (all acknowledged); m-unknown timed out and was never stored."""
+    sends = [Send(f"o-{n}", "ordered", n, n + 0.1, Outcome.ACKNOWLEDGED, 0, n, "k", n) for n in range(3)]
+    sends.append(Send("m-unknown", "sync", 1.0, 6.0, Outcome.UNKNOWN, error="DEADLINE_EXCEEDED"))
+    history = History(sends=sends)
+    history.faults.append(FaultRecord(1, "kill-master", "broker broker-a", 1, injected_at=0.5))
+    for n in range(3):
+        history.add_delivery(Delivery(f"o-{n}", "G", n + 0.2, 0, n, "k", n))
+    history.drained = [Delivery(f"o-{n}", "drain", 9.0, 0, n, "k", n) for n in range(3)]
+    return history
+
+
+def test_a_clean_history_passes_and_an_unknown_send_is_not_loss() -> None:
+    history = _history()
+    assert check_acknowledged_consumed(history).ok
+    assert check_order(history).ok
+    unknown = check_unacknowledged(history)
+    assert unknown.summary == {"unknown": {"messages": 1, "stored_anyway": 0}}
+    recovery = check_recovery(history)
+    assert recovery.ok
+    assert recovery.summary["per_fault"] == [  # the first send started after 0.5 s: o-1, acked at 1.1
+        {"round": 1, "fault": "kill-master", "target": "broker broker-a", "writes_s": 0.6, "caught_up_s": 0.7}
+    ]
+
+
+def test_a_lost_acknowledged_message_is_reported() -> None:
+    history = _history()
+    history.drained = [d for d in history.drained if d.message_id != "o-1"]
+    check = check_acknowledged_consumed(history)
+    assert not check.ok
+    assert check.violations == [{"message_id": "o-1", "missing_from": "final drain"}]
+
+
+def test_a_reordering_is_reported_and_a_rewind_is_a_duplicate_not_a_reordering() -> None:
+    history = _history()
+    history.add_delivery(Delivery("o-1", "G", 3.0, 0, 1, "k", 1))  # re-delivered after a rebalance
+    assert check_order(history).ok
+    duplicates = check_duplicates(history).summary["G"]  # 1 fault x 3.5 s x 3 messages / 2.8 s, + 1
+    assert duplicates == {"deliveries": 4, "unique": 3, "duplicates": 1, "bound": 4}  # type: ignore[comparison-overlap]
+
+    history.deliveries[0], history.deliveries[1] = history.deliveries[1], history.deliveries[0]
+    check = check_order(history)
+    assert not check.ok
+    assert [(v["seq"], v["after"]) for v in check.violations] == [(0, 1)]
+
+
+def test_a_fault_writes_never_recovered_from_fails_recovery() -> None:
+    history = _history()
+    history.faults.append(FaultRecord(2, "pause-slave", "broker broker-a-s1", 2, injected_at=5.0))
+    check = check_recovery(history)
+    assert not check.ok
+    assert check.violations[0]["never_recovered"]["round"] == 2  # type: ignore[index]
