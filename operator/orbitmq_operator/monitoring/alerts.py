@@ -63,6 +63,8 @@ DLQ_TOPICS = "%DLQ%.+"
 REPLICATION_LAG_BOUND_BYTES = 256 * 1024 * 1024
 """A slave further behind than this is not a safe failover target (RocketMQ's default
 ``haMaxGapNotInSync`` is the same 256 MiB)."""
+_DISK_KEY = "namespace, pod, broker, instance"
+"""One broker process: a master and its slaves share a broker name, not a disk."""
 DISK_USED_BOUND = 0.85
 """Share of a broker's data file system it can no longer write, ``1 - available / total`` of
 ``orbitmq_store_disk_*_bytes`` (the broker's own ``statvfs`` of its commit-log directory, so it
@@ -217,7 +219,23 @@ STORAGE = (
         "A broker's commit-log disk is almost full",
         f"""The disk holding the commit log of broker {{{{ $labels.broker }}}} at
         {{{{ $labels.instance }}}} is {{{{ $value | humanizePercentage }}}} full (bound
-        {DISK_USED_BOUND:.0%}); a full disk stops the broker from storing messages.""",
+        {DISK_USED_BOUND:.0%}); past 85% by default the broker deletes its oldest segments before
+        their retention time, past 90% it refuses sends (DISK_FULL).""",
+    ),
+    Alert(
+        "OrbitMQBrokerDiskFull",
+        f"""
+        max by ({_DISK_KEY}) (orbitmq_store_disk_used_ratio)
+        and on ({_DISK_KEY})
+        max by ({_DISK_KEY}) (orbitmq_store_disk_full) > 0
+        """,
+        "1m",
+        "critical",
+        "A broker refuses sends: its disk is full",
+        """Broker {{ $labels.broker }} at {{ $labels.instance }} has refused sends with DISK_FULL
+        for a minute: its store's disk is {{ $value | humanizePercentage }} full, past
+        its disk_space_warning_level_ratio, or refused a write. Reads and acks go on; sends
+        resume by themselves once space is freed.""",
     ),
     Alert(
         "OrbitMQDeadLetters",
