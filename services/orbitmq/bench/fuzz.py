@@ -32,7 +32,7 @@ import grpc
 from google.protobuf.descriptor import MethodDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from orbitmq.bench.fuzz_wire import SERVER_OF, huge_request, method_path, request_bytes, services
+from orbitmq.bench.fuzz_wire import FUZZ_TOPIC, SERVER_OF, huge_request, method_path, request_bytes, services
 
 CHECK_TOPIC = "FuzzCheckTopic"
 SEGMENT_BYTES = 8 * 1024 * 1024
@@ -210,11 +210,13 @@ def _serving(address: str) -> str:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
-async def _create_check_topic(namesrv: str) -> None:
+async def _create_topics(namesrv: str) -> None:
+    """The check's topic, and the one sane fuzzed requests mostly name (they may delete it)."""
     from orbitmq.client.admin import Admin
 
     async with Admin(namesrv) as admin:
         await admin.create_topic(CHECK_TOPIC, read_queue_nums=1, write_queue_nums=1)
+        await admin.create_topic(FUZZ_TOPIC, read_queue_nums=4, write_queue_nums=4)
 
 
 async def _send_and_pull(namesrv: str, broker: str, sidecar: str) -> list[str]:
@@ -281,7 +283,7 @@ def run_fuzz(root: Path, requests: int, seed: int = 27) -> Outcome:
     problems: list[str] = []
     by_server = methods_by_server()
     with servers(root) as children:
-        asyncio.run(_create_check_topic(children["namesrv"].address))
+        asyncio.run(_create_topics(children["namesrv"].address))
         for name in SERVERS:
             fuzz_server(children[name].address, by_server[name], requests, tally, seed)
         for name, child in children.items():
