@@ -20,6 +20,7 @@ from enum import Enum
 
 from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster, signal_quietly
 from orbitmq.chaos.history import FaultRecord
+from orbitmq.local.restarts import MAX_RESTARTS, RESTART_WINDOW_S
 
 HEAL_WAIT_S = 30.0
 """How long a kill waits for local up to put a new process in its place."""
@@ -77,6 +78,22 @@ class ProcessFault:
             record.healed_at = clock()
             record.note = f"paused {pause_s:.2f} s"
         return record
+
+
+def choose(
+    rng: random.Random, names: list[str], namesrv_kills: list[float], now: float
+) -> ProcessFault | None:
+    """The next fault among ``names``; a name-server kill only while local up would restart it.
+
+    Local up restarts a component at most :data:`~orbitmq.local.restarts.MAX_RESTARTS` times in
+    :data:`~orbitmq.local.restarts.RESTART_WINDOW_S` and then stops the cluster (brokers with
+    slaves are restarted by the failover loop, without that budget), so a fourth kill within the
+    window would test the budget, not the guarantees. ``namesrv_kills``: when earlier ones were.
+    None when nothing may be drawn now (only that kill was asked for): wait and ask again.
+    """
+    recent = [at for at in namesrv_kills if now - at < RESTART_WINDOW_S]
+    allowed = [n for n in sorted(names) if not (n == "kill-namesrv" and len(recent) >= MAX_RESTARTS)]
+    return FAULTS[rng.choice(allowed)] if allowed else None
 
 
 FAULTS: dict[str, ProcessFault] = {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from orbitmq.chaos.checkers import CHECKERS, Check
 from orbitmq.chaos.cluster import LocalUpCluster
-from orbitmq.chaos.faults import FAULTS
+from orbitmq.chaos.faults import FAULTS, choose
 from orbitmq.chaos.history import History
 from orbitmq.chaos.workloads import Workload, drain
 
@@ -82,7 +82,9 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
                 )
                 break
             await asyncio.sleep(rng.uniform(*settings.settle_s))
-            fault = FAULTS[rng.choice(sorted(settings.faults))]
+            kills = [f.injected_at for f in history.faults if f.fault == "kill-namesrv"]
+            while (fault := choose(rng, settings.faults, kills, clock())) is None:  # noqa: ASYNC110 - the clock
+                await asyncio.sleep(1.0)  # only a name-server kill asked for, its budget spent
             record = await fault.inject(cluster, round_no, pair, rng, clock)
             history.faults.append(record)
             deadline = time.monotonic() + RECOVERY_WAIT_S
