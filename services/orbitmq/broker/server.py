@@ -193,7 +193,9 @@ class Broker:
             settings.broker_name,
             snapshot_interval_ms=settings.pop_snapshot_limit_ms,
         )
-        self.timer = TimerService(self.store, self.clock, self.put, precision_ms=settings.timer_precision_ms)
+        self.timer = TimerService(
+            self.store, self.clock, self._put_bookkeeping, precision_ms=settings.timer_precision_ms
+        )
         if not self.is_slave:  # a slave's POP and timer state is rebuilt when it is promoted
             await asyncio.to_thread(self.pop.load)
             await asyncio.to_thread(self.timer.load)
@@ -443,8 +445,13 @@ class Broker:
 
     # -- writing -------------------------------------------------------------------------------
 
-    async def put(self, messages: list[InboundMessage]) -> PutResult:
-        return await self.acknowledged(self.service.append_messages(messages))
+    async def put(self, messages: list[InboundMessage], *, bookkeeping: bool = False) -> PutResult:
+        """Store and acknowledge; ``bookkeeping`` records (the broker's own, about messages already
+        stored) go on past the disk's warning ratio (see :meth:`MessageStore.put_messages`)."""
+        return await self.acknowledged(self.service.append_messages(messages, bookkeeping=bookkeeping))
+
+    async def _put_bookkeeping(self, messages: list[InboundMessage]) -> PutResult:
+        return await self.put(messages, bookkeeping=True)
 
     async def put_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
         return await self.acknowledged(self.service.append_batch(batch))
@@ -487,10 +494,10 @@ class Broker:
             if message.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
                 self.topics.ensure(message.topic, 1, DLQ_PERM)
         await self.save_created_config()
-        return await self.put(messages)
+        return await self.put(messages, bookkeeping=True)
 
     async def _put_one(self, message: InboundMessage) -> PutResult:
-        return await self.service.put_message(message)
+        return await self.service.put_message(message, bookkeeping=True)
 
     async def send_back(self, request: broker_pb2.SendBackRequest) -> None:
         """A consumer failed a message: retry it later, or move it to the dead letters."""
@@ -524,7 +531,7 @@ class Broker:
         target.born_host = message.born_host
         target.flag = message.flag
         await self.save_created_config()  # a new retry or dead-letter topic (or group) first
-        result = await self.service.put_message(target)
+        result = await self.service.put_message(target, bookkeeping=True)
         if not result.status.stored:
             raise RpcFailure(ErrorReason.SERVICE_NOT_AVAILABLE, f"send back failed: {result.reason}")
 

@@ -102,6 +102,12 @@ class DiskGuard:
             self.refusal = None
         return self.state
 
+    @property
+    def has_room(self) -> bool:
+        """Whether the disk has not refused a write since space was last freed: what the
+        broker's bookkeeping records need (see :meth:`MessageStore.put_messages`)."""
+        return self._enospc_at is None
+
     def write_failed(self, error: OSError) -> bool:
         """Note a write the disk refused; True when it was for want of space (then sends are
         refused until a check sees the disk less full than now)."""

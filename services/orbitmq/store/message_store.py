@@ -300,16 +300,21 @@ class MessageStore:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def put_message(self, message: InboundMessage) -> PutResult:
-        return self.put_messages((message,))
+    def put_message(self, message: InboundMessage, *, bookkeeping: bool = False) -> PutResult:
+        return self.put_messages((message,), bookkeeping=bookkeeping)
 
-    def put_messages(self, messages: Sequence[InboundMessage]) -> PutResult:
+    def put_messages(self, messages: Sequence[InboundMessage], *, bookkeeping: bool = False) -> PutResult:
         """Append one message or a batch contiguously; validation failures are results, not errors.
 
         Nothing is written unless every message of the batch is valid. The result does not wait
         for a flush: :class:`~orbitmq.store.service.StoreService` adds that for SYNC_FLUSH.
+
+        ``bookkeeping`` records are the broker's own about messages already stored (POP acks and
+        checkpoints, transaction commits and ops, retries, delayed and timed deliveries): a disk
+        past ``disk_space_warning_level_ratio`` does not refuse them, so consumers keep acking and
+        messages keep being delivered; only a disk with no space left does.
         """
-        refused = self._refuses_writes()
+        refused = self._refuses_writes(bookkeeping)
         if refused is not None:
             return refused
         if not messages:
@@ -439,13 +444,13 @@ class MessageStore:
             return self.put_batch(batch.unpacked())
         return self._append(self.commitlog.append_scanned, batch, topic_raw, total)
 
-    def _refuses_writes(self) -> PutResult | None:
+    def _refuses_writes(self, bookkeeping: bool = False) -> PutResult | None:
         if not self._open:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is not open")
         if self.role is BrokerRole.SLAVE:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes")
         refusal = self.disk.refusal
-        if refusal is not None:
+        if refusal is not None and not (bookkeeping and self.disk.has_room):
             self.disk.refused_writes += 1
             return PutResult(PutStatus.DISK_FULL, reason=refusal)
         return None

@@ -133,22 +133,25 @@ class StoreService:
 
     # -- writing -------------------------------------------------------------------------------
 
-    async def put_message(self, message: InboundMessage) -> PutResult:
-        return await self.put_messages((message,))
+    async def put_message(self, message: InboundMessage, *, bookkeeping: bool = False) -> PutResult:
+        return await self.put_messages((message,), bookkeeping=bookkeeping)
 
-    async def put_messages(self, messages: Sequence[InboundMessage]) -> PutResult:
-        """Append, then (SYNC_FLUSH) wait for the fsync that covers the appended records."""
-        return await self.durable(self.append_messages(messages))
+    async def put_messages(
+        self, messages: Sequence[InboundMessage], *, bookkeeping: bool = False
+    ) -> PutResult:
+        """Append, then (SYNC_FLUSH) wait for the fsync that covers the appended records;
+        ``bookkeeping``: see :meth:`MessageStore.put_messages`."""
+        return await self.durable(self.append_messages(messages, bookkeeping=bookkeeping))
 
     async def put_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
         """:meth:`put_messages` for the messages of one send."""
         return await self.durable(self.append_batch(batch))
 
-    def append_messages(self, messages: Sequence[InboundMessage]) -> PutResult:
+    def append_messages(self, messages: Sequence[InboundMessage], *, bookkeeping: bool = False) -> PutResult:
         """The append of :meth:`put_messages`, without its wait: see :meth:`durable`."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="the store is closing")
-        return self._appended(self.store.put_messages(messages))
+        return self._appended(self.store.put_messages(messages, bookkeeping=bookkeeping))
 
     def append_batch(self, batch: MessageBatch | ScannedBatch) -> PutResult:
         """The append of :meth:`put_batch` (:meth:`MessageStore.put_batch`, or for a batch the

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from brokerkit import TEST_SETTINGS, broker_process, start_broker, stop_broker
+from brokerkit import TEST_SETTINGS, RunningBroker, broker_process, start_broker, stop_broker
 from prometheus_client.parser import text_string_to_metric_families
 
 from orbitmq.client.message import Message, SendStatus
@@ -35,6 +35,7 @@ from orbitmq.nameserver.settings import NameServerSettings
 from orbitmq.store.config import StoreConfig
 from orbitmq.store.disk import used_ratio
 from orbitmq.store.message_store import MessageStore
+from orbitmq.store.record import decode
 from orbitmq.v1 import broker_pb2, common_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
@@ -77,10 +78,10 @@ async def namesrv() -> AsyncIterator[NameServer]:
 
 
 def fill_to(disk: Path, ratio: float, name: str = "ballast") -> Path:
-    """A ballast file taking the disk to just past ``ratio`` used."""
+    """A ballast file taking the disk to just past ``ratio`` used (1.0: every free byte)."""
     stats = os.statvfs(disk)
-    total = stats.f_blocks * stats.f_frsize
-    wanted = int(total * ratio) + 64 * 1024 - (stats.f_blocks - stats.f_bavail) * stats.f_frsize
+    total, free = stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+    wanted = min(free, int(total * ratio) + 64 * 1024 - (total - free))
     path = disk / name
     with path.open("wb") as ballast:
         os.posix_fallocate(ballast.fileno(), 0, max(wanted, 4096))
@@ -162,6 +163,25 @@ async def test_full_disk_refuses_sends_at_once_reads_and_commits_go_on_and_write
                 )
             )
             assert committed.offset == len(reply.records)
+
+            # POP consumers too: handing a message out and acking it write the broker's own
+            # records, which a disk past the warning ratio (with room left) still takes.
+            popped = await running.stub.PopMessage(
+                broker_pb2.PopMessageRequest(
+                    consumer_group="disk-pop",
+                    topic="Full",
+                    queue_id=-1,
+                    max_msg_nums=4,
+                    invisible_time_ms=60_000,
+                )
+            )
+            assert popped.messages
+            acked = await running.stub.AckMessage(
+                broker_pb2.AckMessageRequest(
+                    consumer_group="disk-pop", topic="Full", receipt_handle=popped.messages[0].receipt_handle
+                )
+            )
+            assert acked.result == broker_pb2.ACK_OK
 
             metrics = scrape(running.broker.grpc.metrics_url)
             assert metrics["orbitmq_store_disk_full"] == 1
@@ -275,3 +295,53 @@ async def test_enospc_creating_a_segment_is_disk_full_and_leaves_no_torn_record(
         assert store.max_offset_in_queue("Torn", 0) == len(acknowledged)
     finally:
         store.close()
+
+
+async def test_a_consume_queue_file_the_disk_refuses_is_built_once_space_frees(disk: Path) -> None:
+    """The record fits in its segment but its new queue's file does not: the send is stored and
+    answered OK, further sends are refused, and once the ballast goes the dispatcher builds
+    the queue by itself, so the message can be read."""
+    running = await start_broker(disk / "store", **SMALL_STORE, disk_space_warning_level_ratio=1.0)
+    try:
+        await send(running, "Early", b"first")  # the first segment exists, mostly empty
+        await send(
+            running, "Late", b"topic", queue_id=1
+        )  # the topic's config is on disk; queue 0 has no file
+        ballast = fill_to(disk, 1.0)  # posix_fallocate takes what is left, then fails
+        reply = await running.stub.SendMessage(
+            broker_pb2.SendMessageRequest(
+                producer_group="p",
+                topic="Late",
+                queue_id=0,
+                messages=[common_pb2.Message(topic="Late", body=b"late")],
+            )
+        )
+        assert reply.status == broker_pb2.SEND_OK
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await send(running, "Early", b"second")
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "refused a write" in (refused.value.details() or "")
+        store = running.broker.store
+        assert store.max_offset_in_queue("Late", 0) == 0  # not built yet
+        ballast.unlink()
+        for _ in range(50):
+            if store.max_offset_in_queue("Late", 0) == 1:
+                break
+            await asyncio.sleep(0.1)
+        got = store.get_message("g", "Late", 0, 0, 1)
+        assert [decode(r).body for r in got.records] == [b"late"]
+        await send(running, "Early", b"third")
+    finally:
+        await stop_broker(running)
+
+
+async def send(running: RunningBroker, topic: str, body: bytes, queue_id: int = 0) -> None:
+    reply = await running.stub.SendMessage(
+        broker_pb2.SendMessageRequest(
+            producer_group="p",
+            topic=topic,
+            queue_id=queue_id,
+            messages=[common_pb2.Message(topic=topic, body=body)],
+        )
+    )
+    assert reply.status == broker_pb2.SEND_OK
