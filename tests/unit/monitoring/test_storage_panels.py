@@ -51,3 +51,12 @@ def test_disk_use_is_the_share_the_broker_can_no_longer_write() -> None:
     assert (
         SERIES["orbitmq_store_disk_total_bytes"] == SERIES["orbitmq_store_disk_available_bytes"] == {"broker"}
     )
+
+
+def test_disk_full_refusals_show_per_broker_process() -> None:
+    panel = _panel("Sends refused: disk full")
+    [(_, expr)] = [(t, e) for t, e in panel_queries(BOARD) if t == panel["title"]]
+    result = _check(expr)
+    assert result.metrics == {"orbitmq_store_disk_full_refusals_total"}
+    assert result.grouping == {"broker", "instance"}
+    assert SERIES["orbitmq_store_disk_full_refusals_total"] == {"broker"}

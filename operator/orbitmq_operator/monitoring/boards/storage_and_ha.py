@@ -43,7 +43,20 @@ def rows() -> Rows:
                     unit="percentunit",
                     description="Share of the file system holding the broker's data that the broker can "
                     "no longer write (1 - available / size: space reserved for root counts as used). "
-                    "The OrbitMQCommitLogDiskFilling alert fires above 85 %.",
+                    "Past 85 % (disk_space_clean_forcibly_ratio) the broker deletes its oldest "
+                    "segments before their retention time, past 90 % (disk_space_warning_level_ratio) "
+                    "it refuses sends with DISK_FULL. The OrbitMQCommitLogDiskFilling alert fires "
+                    "above 85 %.",
+                ),
+                ts(
+                    "Sends refused: disk full",
+                    Query(
+                        increase(f"orbitmq_store_disk_full_refusals_total{{{B}}}", "broker, instance"),
+                        "{{broker}} ({{instance}})",
+                    ),
+                    description="Sends each broker process refused with DISK_FULL (its disk past "
+                    "disk_space_warning_level_ratio, or out of space). OrbitMQBrokerDiskFull fires "
+                    "after a minute of it.",
                 ),
                 ts(
                     "Commit-log flush latency",
