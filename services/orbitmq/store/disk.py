@@ -2,8 +2,8 @@
 
 Segments are created at their full size (blocks reserved up front), so a full disk shows up as a
 segment or consume-queue file that cannot be created, never as a torn record. The store does not
-wait for that: :class:`DiskGuard` reads the file system's used ratio (``statvfs``: 1 - available
-/ size, what ``df`` shows) every ``disk_check_interval_ms`` and sets what the store does:
+wait for that: :class:`DiskGuard` reads the file system's used ratio (``statvfs``, as ``df``
+shows it: see :func:`used_ratio`) every ``disk_check_interval_ms`` and sets what the store does:
 
 * past ``disk_max_used_space_ratio`` (75 %): retention runs at every check, so expired segments
   go at once instead of at the next ``clean_interval_ms``;
@@ -43,12 +43,14 @@ class DiskState:
 
 
 def used_ratio(path: Path) -> float:
-    """Used share of the file system holding ``path`` as an unprivileged writer sees it (blocks
-    reserved for root count as used, as they are for the broker)."""
+    """Used share of the file system holding ``path``, as ``df`` shows it: used / (used +
+    available to an unprivileged writer). It reaches 1 exactly when such a writer (the broker)
+    gets ENOSPC; blocks reserved for root are left out, where ``1 - available / size`` would count
+    them as used (on a file system reserving much, that reads 90 % on a disk df shows 70 % used)."""
     stats = os.statvfs(path)
-    if stats.f_blocks == 0:
-        return 0.0
-    return 1 - stats.f_bavail / stats.f_blocks
+    used = stats.f_blocks - stats.f_bfree
+    usable = used + stats.f_bavail
+    return used / usable if usable > 0 else 0.0
 
 
 class DiskGuard:
