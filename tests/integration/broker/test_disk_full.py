@@ -129,7 +129,7 @@ async def test_full_disk_refuses_sends_at_once_reads_and_commits_go_on_and_write
             started = time.monotonic()
             with pytest.raises(SendFailed) as refused:
                 await producer.send(Message("Full", b"refused"))
-            assert time.monotonic() - started < 2, (
+            assert time.monotonic() - started < 5, (
                 "a full disk is not a reason to retry for the send's budget"
             )
             assert refused.value.reason == ErrorReason.DISK_FULL
@@ -190,7 +190,7 @@ async def test_full_disk_refuses_sends_at_once_reads_and_commits_go_on_and_write
             assert metrics["orbitmq_store_disk_full_refusals_total"] >= 1
 
             ballast.unlink()
-            assert await eventually_sends(producer, "Full", within_s=3) < 3
+            assert await eventually_sends(producer, "Full", within_s=8) < 8
             assert scrape(running.broker.grpc.metrics_url)["orbitmq_store_disk_full"] == 0
     finally:
         await stop_broker(running)
