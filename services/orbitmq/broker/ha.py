@@ -348,6 +348,13 @@ class HaServicer:
                 f"slave {first.slave_addr} asks from offset {offset}, but this master holds "
                 f"{store.commitlog.min_offset}..{store.commitlog.max_offset}; it must realign first",
             )
+        if not store.commitlog.entry_starts_at(offset):
+            # Chunks are whole records from here on: from inside one none would ever parse, and
+            # the loop below spun on the empty span without yielding, freezing the broker.
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET,
+                f"slave {first.slave_addr} asks from offset {offset}, where no record starts",
+            )
         tracker = b.replicas
         key = id(context)
         tracker.attach(key, first.slave_addr, offset)

@@ -545,6 +545,25 @@ class CommitLog:
             return None
         return self.read(offset, size)
 
+    def entry_starts_at(self, offset: int) -> bool:
+        """Whether a message record or a segment's closing blank starts at ``offset``, or the log
+        ends there: the offsets a slave can hold as its max offset, so where replication may
+        start. Anywhere else whole records cannot be read from (:meth:`read_span` would give
+        bytes that do not parse as records)."""
+        if offset == self._write_offset:
+            return True
+        record = self.read_record(offset)
+        if record is not None:
+            return HEADER.unpack_from(record)[6] == offset
+        segment = self.segment_for(offset)
+        if segment is None or offset > self._write_offset:
+            return False
+        position = offset - segment.start_offset
+        if position + PREFIX.size > segment.size:
+            return False
+        total, magic = PREFIX.unpack_from(segment.buffer, position)
+        return magic == BLANK_MAGIC and total == segment.size - position
+
     def store_timestamp_at(self, offset: int) -> int | None:
         raw = self.read(offset + STORE_TIMESTAMP_POS, TIMESTAMP_FIELD.size)
         return None if raw is None else TIMESTAMP_FIELD.unpack(raw)[0]
