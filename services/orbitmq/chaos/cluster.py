@@ -60,6 +60,8 @@ class LocalUpCluster:
             for a in (flag, "0")
         ]
         args = [
+            "--log-level",
+            "debug",  # local up passes its children's own log lines on at debug: the brokers' record
             "local",
             "up",
             "--slaves",
@@ -106,9 +108,27 @@ class LocalUpCluster:
             process.kill()
             await asyncio.to_thread(process.wait)
 
-    @property
-    def supervisor_alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+    def exit_reason(self) -> str | None:
+        """None while local up runs; else its exit code and last line (why it stopped the cluster)."""
+        if self._process is None or self._process.poll() is None:
+            return None
+        lines = [line for line in (self.data_dir / "local-up.log").read_text().splitlines() if line.strip()]
+        return (
+            f"local up exited with code {self._process.returncode}: {lines[-1] if lines else '(no output)'}"
+        )
+
+    def retention_deletions(self) -> list[str]:
+        """The brokers' lines saying retention deleted commit-log segments during the run: a
+        message acknowledged and then deleted (a disk past ``disk_space_clean_forcibly_ratio``
+        deletes unconsumed segments, as RocketMQ does) reads as lost, and this says why."""
+        log = self.data_dir / "local-up.log"
+        if not log.exists():
+            return []
+        return [
+            line.strip()
+            for line in log.read_text(errors="replace").splitlines()
+            if "retention deleted" in line
+        ]
 
     def pids(self) -> dict[str, int]:
         """Component name -> PID of its current process (local up's run file)."""
@@ -136,7 +156,7 @@ class LocalUpCluster:
         """Wait for one master with its slave caught up; (master, slave) component names, or
         None when the group did not settle within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.exit_reason() is None:
             views = await self.views()
             masters = [v for v in views if v.role is not None and v.role != "SLAVE"]
             slaves = [v for v in views if v.role == "SLAVE"]

@@ -17,15 +17,17 @@ from pathlib import Path
 from orbitmq.chaos.checkers import CHECKERS, Check
 from orbitmq.chaos.cluster import LocalUpCluster
 from orbitmq.chaos.faults import FAULTS, choose
-from orbitmq.chaos.history import History
+from orbitmq.chaos.history import FaultRecord, History
 from orbitmq.chaos.workloads import Workload, drain
+from orbitmq.store.disk import used_ratio
 
 HEALTHY_WAIT_S = 60.0
 """Longest wait for a caught-up master/slave pair before a round (a round that finds none is
 recorded and the run stops: the cluster did not heal)."""
 RECOVERY_WAIT_S = 30.0
 """Longest wait, after a fault healed, for a write acknowledged again."""
-DRAIN_WAIT_S = 60.0
+DRAIN_WAIT_S = 600.0
+"""Longest final read (it stops early once complete, or idle: see :func:`.workloads.drain`)."""
 
 
 @dataclass
@@ -58,7 +60,6 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
         raise ValueError(
             f"unknown faults or checkers {unknown}; faults: {sorted(FAULTS)}, checkers: {list(CHECKERS)}"
         )
-    rng = random.Random(settings.seed)
     origin = time.monotonic()
 
     def clock() -> float:
@@ -68,45 +69,85 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
     cluster = LocalUpCluster(data_dir, settings.failover_after_ms)
     await cluster.start()
     progress(f"cluster up (name server {cluster.namesrv}, data in {data_dir})")
-    workload = Workload(cluster.namesrv, history, clock)
-    stopped_early = ""
+    rounds = _Rounds(
+        settings, cluster, Workload(cluster.namesrv, history, clock), random.Random(settings.seed), clock
+    )
     try:
-        await workload.start()
-        round_no = 0
-        while round_no < settings.rounds and (settings.duration_s is None or clock() < settings.duration_s):
-            round_no += 1
-            pair = await cluster.wait_healthy(HEALTHY_WAIT_S)
-            if pair is None:
-                stopped_early = (
-                    f"round {round_no}: no caught-up master/slave pair within {HEALTHY_WAIT_S:.0f} s"
-                )
-                break
-            await asyncio.sleep(rng.uniform(*settings.settle_s))
-            kills = [f.injected_at for f in history.faults if f.fault == "kill-namesrv"]
-            while (fault := choose(rng, settings.faults, kills, clock())) is None:  # noqa: ASYNC110 - the clock
-                await asyncio.sleep(1.0)  # only a name-server kill asked for, its budget spent
-            record = await fault.inject(cluster, round_no, pair, rng, clock)
-            history.faults.append(record)
-            deadline = time.monotonic() + RECOVERY_WAIT_S
-            while not workload.acknowledged_after(record.injected_at) and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
-                await asyncio.sleep(0.1)
-            record.round_ended_at = clock()
-            progress(f"round {round_no}: {record.fault} of {record.target} (PID {record.pid}) {record.note}")
-        if await cluster.wait_healthy(HEALTHY_WAIT_S) is None and not stopped_early:
-            stopped_early = (
-                f"after the last round: no caught-up master/slave pair within {HEALTHY_WAIT_S:.0f} s"
-            )
-        await asyncio.sleep(1.0)  # sends in flight at the last fault settle
-        await workload.stop_sending()
-        await drain(cluster.namesrv, history, clock, DRAIN_WAIT_S)
-        await _wait_live_caught_up(history, DRAIN_WAIT_S)
+        await rounds.workload.start()
+        stopped_early = await rounds.run(progress)
+        await rounds.finish()
     finally:
-        await workload.close()
+        await rounds.workload.close()
         await cluster.stop()
     if settings.history_file is not None:
         history.save(settings.history_file)
     checks = [CHECKERS[name](history) for name in settings.checkers]
-    return result(settings, history, checks, stopped_early, clock())
+    disk = {
+        "disk_used_ratio_max": round(max(rounds.disk_ratios, default=0.0), 4),
+        "retention": cluster.retention_deletions(),
+    }
+    return result(settings, history, checks, stopped_early, clock(), disk)
+
+
+@dataclass
+class _Rounds:
+    settings: RunSettings
+    cluster: LocalUpCluster
+    workload: Workload
+    rng: random.Random
+    clock: Callable[[], float]
+    disk_ratios: list[float] = field(default_factory=list)
+    """The data directory's disk, used ratio, at every round (see ``disk`` in the result)."""
+
+    @property
+    def history(self) -> History:
+        return self.workload.history
+
+    async def run(self, progress: Callable[[str], None]) -> str:
+        """Every round; returns why the run stopped early ("" when it did not)."""
+        settings, round_no = self.settings, 0
+        while round_no < settings.rounds and (
+            settings.duration_s is None or self.clock() < settings.duration_s
+        ):
+            round_no += 1
+            record = await self.round(round_no)
+            if record is None:
+                return f"round {round_no}: {self._unhealthy()}"
+            progress(f"round {round_no}: {record.fault} of {record.target} (PID {record.pid}) {record.note}")
+        if await self.cluster.wait_healthy(HEALTHY_WAIT_S) is None:
+            return f"after the last round: {self._unhealthy()}"
+        return ""
+
+    async def round(self, round_no: int) -> FaultRecord | None:
+        """Wait for a healthy group, inject one fault, wait for writes again; None: never healthy."""
+        pair = await self.cluster.wait_healthy(HEALTHY_WAIT_S)
+        if pair is None:
+            return None
+        await asyncio.sleep(self.rng.uniform(*self.settings.settle_s))
+        kills = [f.injected_at for f in self.history.faults if f.fault == "kill-namesrv"]
+        while (fault := choose(self.rng, self.settings.faults, kills, self.clock())) is None:  # noqa: ASYNC110 - the clock
+            await asyncio.sleep(1.0)  # only a name-server kill asked for, its budget spent
+        record = await fault.inject(self.cluster, round_no, pair, self.rng, self.clock)
+        self.history.faults.append(record)
+        deadline = time.monotonic() + RECOVERY_WAIT_S
+        while not self.workload.acknowledged_after(record.injected_at) and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
+            await asyncio.sleep(0.1)
+        record.round_ended_at = self.clock()
+        self.disk_ratios.append(used_ratio(self.cluster.data_dir))
+        return record
+
+    def _unhealthy(self) -> str:
+        return self.cluster.exit_reason() or f"no caught-up master/slave pair within {HEALTHY_WAIT_S:.0f} s"
+
+    async def finish(self) -> None:
+        """Stop sending, then read everything back (unless the cluster is gone)."""
+        await asyncio.sleep(1.0)  # sends in flight at the last fault settle
+        await self.workload.stop_sending()
+        if self.cluster.exit_reason() is None:
+            await drain(self.cluster.namesrv, self.history, self.clock, DRAIN_WAIT_S)
+            await _wait_live_caught_up(self.history, RECOVERY_WAIT_S)
+        else:  # nothing to read from: the loss checker must not pass on an empty drain
+            self.history.drain_complete = False
 
 
 async def _wait_live_caught_up(history: History, timeout_s: float) -> None:
@@ -118,7 +159,12 @@ async def _wait_live_caught_up(history: History, timeout_s: float) -> None:
 
 
 def result(
-    settings: RunSettings, history: History, checks: list[Check], stopped_early: str, elapsed_s: float
+    settings: RunSettings,
+    history: History,
+    checks: list[Check],
+    stopped_early: str,
+    elapsed_s: float,
+    disk: dict[str, object],
 ) -> dict[str, object]:
     return {
         "ok": all(c.ok for c in checks) and not stopped_early,
@@ -132,6 +178,7 @@ def result(
         },
         "elapsed_s": round(elapsed_s, 2),
         "stopped_early": stopped_early,
+        "disk": disk,
         "history": history.as_dict(),
         "checks": {c.name: c.as_dict() for c in checks},
     }

@@ -51,7 +51,7 @@ def test_a_reordering_is_reported_and_a_rewind_is_a_duplicate_not_a_reordering()
     history.add_delivery(Delivery("o-1", "G", 3.0, 0, 1, "k", 1))  # re-delivered after a rebalance
     assert check_order(history).ok
     duplicates = check_duplicates(history).summary["G"]  # 1 fault x 3.5 s x 3 messages / 2.8 s, + 1
-    assert duplicates == {"deliveries": 4, "unique": 3, "duplicates": 1, "bound": 4}  # type: ignore[comparison-overlap]
+    assert duplicates == {"deliveries": 4, "unique": 3, "redelivered": 1, "bound": 4, "second_copies": 0}  # type: ignore[comparison-overlap]
 
     history.deliveries[0], history.deliveries[1] = history.deliveries[1], history.deliveries[0]
     check = check_order(history)
@@ -65,3 +65,16 @@ def test_a_fault_writes_never_recovered_from_fails_recovery() -> None:
     check = check_recovery(history)
     assert not check.ok
     assert check.violations[0]["never_recovered"]["round"] == 2  # type: ignore[index]
+
+
+def test_a_resent_copy_is_not_a_redelivery_and_redeliveries_beyond_the_bound_fail() -> None:
+    history = _history()
+    history.add_delivery(Delivery("o-2", "G", 2.5, 0, 3, "k", 2))  # its resend, stored at offset 3
+    summary = check_duplicates(history).summary["G"]
+    assert (summary["redelivered"], summary["second_copies"]) == (0, 1)  # type: ignore[index]
+
+    for _ in range(10):  # the group rewound to offset 0 again and again: more than 3.5 s a fault
+        history.add_delivery(Delivery("o-0", "G", 2.6, 0, 0, "k", 0))
+    check = check_duplicates(history)
+    assert not check.ok
+    assert check.summary["G"]["redelivered"] == 10  # type: ignore[index]
