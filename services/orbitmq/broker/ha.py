@@ -264,7 +264,12 @@ class ReplicationClient:
                             f"master sent offset {chunk.offset}; "
                             f"the local log ends at {store.commitlog.max_offset}"
                         )
-                    store.append_replicated(chunk.offset, chunk.data)
+                    try:
+                        store.append_replicated(chunk.offset, chunk.data)
+                    except OSError as error:  # no segment written: copied again after reconnecting
+                        if store.disk.write_failed(error):  # shown as disk full until space frees
+                            log.error("replication from %s: %s", address, store.disk.refusal)
+                        raise
                     self.b.service.wake_dispatcher()
                     acks.put_nowait(store.commitlog.max_offset)
             finally:

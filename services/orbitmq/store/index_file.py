@@ -61,7 +61,7 @@ from pathlib import Path
 from orbitmq.common.clock import SYSTEM_CLOCK, Clock
 from orbitmq.native import NATIVE
 from orbitmq.store.dispatch import DispatchRequest, KeyedBatch
-from orbitmq.store.mapped_file import fsync_directory
+from orbitmq.store.mapped_file import fsync_directory, reserve
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -110,6 +110,12 @@ _INDEX_PUT = (
 )
 """``_native.index_put`` when the extension has it (a build from before it, or
 ``ORBITMQ_NATIVE=off``: the Python path, :meth:`IndexFile.put` key by key)."""
+
+
+RESERVE_AHEAD_BYTES = 1 << 20
+"""Disk blocks an index file allocates ahead of its entries (52 428 entries): reserving the whole
+file (420 MB by default) at creation would make an empty broker take that much disk, while
+leaving it sparse let a full disk kill the broker with SIGBUS on its next index write."""
 
 
 def index_key(topic: str, key: str) -> str:
@@ -175,6 +181,9 @@ class IndexFile:
         self._entries_start = HEADER_SIZE + slot_count * SLOT_SIZE
         self._io_lock = threading.Lock()
         self._closed = False
+        self._reserved = 0
+        """Bytes from the start whose disk blocks are allocated: nothing is written through the
+        mapping past it (a write into a hole of a full disk is a SIGBUS, not an error)."""
         self._fd = self._open_fd(create)
         try:
             self._mm = mmap.mmap(self._fd, self._size)
@@ -196,6 +205,7 @@ class IndexFile:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 os.ftruncate(fd, self._size)
+                self._reserved = reserve(fd, 0, min(self._size, self._entries_start + RESERVE_AHEAD_BYTES))
             except BaseException:
                 os.close(fd)
                 self._path.unlink(missing_ok=True)
@@ -313,6 +323,8 @@ class IndexFile:
         count = self._entry_count
         if count >= self._max_entries:
             return False
+        if self._entries_start + (count + 1) * ENTRY_SIZE > self._reserved:
+            self._reserve_for(count + 1)
         if phy_offset < 0:
             raise ValueError(f"phy_offset={phy_offset!r}: must not be negative")
         if count == 0 and self._begin_timestamp_ms == 0:
@@ -385,12 +397,15 @@ class IndexFile:
         delta_s = (timestamp - (timestamp if fresh else self._begin_timestamp_ms)) // _TIME_GRANULARITY_MS
         if not _I32_MIN <= delta_s <= _I32_MAX:
             return start  # put() refuses it, naming the times
+        reserved_entries = min(self._max_entries, (self._reserved - self._entries_start) // ENTRY_SIZE)
+        if reserved_entries <= self._entry_count:
+            return start  # put() reserves more
         position, self._entry_count, self._used_slot_count, last = _INDEX_PUT(
             self._mm,
             self._slots_start,
             self._slot_count,
             self._entries_start,
-            self._max_entries,
+            reserved_entries,
             self._entry_count,
             self._used_slot_count,
             delta_s,
@@ -409,6 +424,15 @@ class IndexFile:
             if timestamp > self._end_timestamp_ms:
                 self._end_timestamp_ms = timestamp
         return position  # type: ignore[no-any-return]
+
+    def _reserve_for(self, entries: int) -> None:
+        """Allocate disk blocks for the header, the slots and ``entries`` entries, and a stretch
+        beyond (:data:`RESERVE_AHEAD_BYTES`); ENOSPC is an ``OSError`` for the dispatcher, which
+        tries again once space frees. A file opened from disk starts at 0 (an older file may be
+        sparse), so its first write allocates any hole from the start."""
+        end = min(self._size, self._entries_start + entries * ENTRY_SIZE + RESERVE_AHEAD_BYTES)
+        if end > self._reserved:
+            self._reserved = reserve(self._fd, self._reserved, end - self._reserved)
 
     # -- read path -----------------------------------------------------------------------------
 
@@ -481,6 +505,7 @@ class IndexFile:
             heads[slot] = number
         if not _BIG_ENDIAN_HOST:
             heads.byteswap()
+        self._reserve_for(0)
         self._mm[self._slots_start : self._entries_start] = heads.tobytes()
         self._used_slot_count = used
         self._write_header()

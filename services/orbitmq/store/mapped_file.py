@@ -156,12 +156,7 @@ def _create_full_size(path: Path, size: int) -> None:
     temp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as error:
-            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            os.ftruncate(fd, size)
+        reserve(fd, 0, size)
     except BaseException:
         os.close(fd)
         temp.unlink(missing_ok=True)
@@ -171,6 +166,21 @@ def _create_full_size(path: Path, size: int) -> None:
         temp.unlink()
         raise FileExistsError(f"{path} already exists")
     os.rename(temp, path)
+
+
+def reserve(fd: int, offset: int, length: int) -> int:
+    """Allocate the disk blocks of ``length`` bytes from ``offset`` (``posix_fallocate``, which
+    also grows a shorter file); returns the end. A full disk is then an ``OSError`` here, not a
+    SIGBUS on the first write through the file's mapping. A file system without fallocate gets
+    a sparse file of that size, as before."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        if os.fstat(fd).st_size < offset + length:
+            os.ftruncate(fd, offset + length)
+    return offset + length
 
 
 def list_offset_files(directory: Path) -> list[tuple[int, Path]]:

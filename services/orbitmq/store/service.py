@@ -245,12 +245,21 @@ class StoreService:
         while True:
             await asyncio.sleep(self.config.flush_interval_ms / 1000)
             if self.store.commitlog.max_offset > self.store.commitlog.flushed_offset:
-                await asyncio.to_thread(self.store.flush_commitlog)
+                await self._flush_or_log(self.store.flush_commitlog)
 
     async def _consume_queue_flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.consume_queue_flush_interval_ms / 1000)
-            await asyncio.to_thread(self.store.flush_consume_queues)
+            await self._flush_or_log(self.store.flush_consume_queues)
+
+    async def _flush_or_log(self, flush: Callable[[], object]) -> None:
+        """Run ``flush`` in a thread; a disk that refuses (no space for the checkpoint or a new
+        index file) is logged and tried again next period, rather than ending the loop for good."""
+        try:
+            await asyncio.to_thread(flush)
+        except OSError as error:
+            log.error("store flush failed, trying again next period: %s", error)
+            self.store.disk.write_failed(error)
 
     async def _retention_loop(self) -> None:
         while True:

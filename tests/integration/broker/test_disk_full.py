@@ -17,9 +17,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -345,3 +346,74 @@ async def send(running: RunningBroker, topic: str, body: bytes, queue_id: int = 
         )
     )
     assert reply.status == broker_pb2.SEND_OK
+
+
+async def test_a_slave_out_of_space_shows_disk_full_and_catches_up_once_space_frees(
+    disk: Path, tmp_path: Path
+) -> None:
+    """The master's log rolls to a segment the slave's full disk cannot hold: the slave says
+    DISK_FULL (its metric and log) instead of only reconnecting, and copies the rest once the
+    ballast goes, with no restart."""
+    master = await start_broker(tmp_path / "master", broker_name="pair", **SMALL_STORE)
+    slave = await start_broker(
+        disk / "slave",
+        broker_name="pair",
+        broker_role="SLAVE",
+        broker_id=1,
+        master_addr=master.broker.address,
+        **SMALL_STORE,
+        disk_space_warning_level_ratio=1.0,
+        disk_space_clean_forcibly_ratio=1.0,
+        disk_max_used_space_ratio=1.0,
+    )
+    body = b"z" * 16 * 1024
+    try:
+        await send(master, "Copied", body)
+        await until(
+            lambda: slave.broker.store.commitlog.max_offset == master.broker.store.commitlog.max_offset
+        )
+        ballast = fill_to(disk, 1.0)
+        for _ in range(SEGMENT_BYTES // len(body) + 2):  # the master opens its second segment
+            await send(master, "Copied", body)
+        await until(lambda: slave.broker.store.disk.refusal is not None)
+        assert "refused a write (no space left" in (slave.broker.store.disk.refusal or "")
+        assert slave.broker.store.commitlog.max_offset <= SEGMENT_BYTES
+        ballast.unlink()
+        await until(
+            lambda: slave.broker.store.commitlog.max_offset == master.broker.store.commitlog.max_offset
+        )
+        await until(lambda: slave.broker.store.disk.refusal is None)
+    finally:
+        await stop_broker(slave)
+        await stop_broker(master)
+
+
+async def until(condition: Callable[[], bool], within_s: float = 15) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.05)
+
+
+def test_an_index_file_on_a_full_disk_is_an_error_not_a_sigbus(disk: Path) -> None:
+    """An index file was created sparse, so writing its header through the mapping on a full
+    disk killed the broker with SIGBUS (found by the slave test above); its blocks are reserved
+    now, and a full disk is an OSError the store handles. Run in a child: a SIGBUS would kill
+    the test process."""
+    fill_to(disk, 1.0)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from orbitmq.store.index_file import IndexFile\n"
+            "try:\n    IndexFile(sys.argv[1], 1024, 8192, create=True)\n"
+            "except OSError as error:\n    print(error.strerror)",
+            str(disk / "index"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr[-500:]}"
+    assert child.stdout.strip() == "No space left on device"
+    assert not (disk / "index").exists()

@@ -17,6 +17,7 @@ from storekit import message, message_batch, scanned, tiny_config
 from orbitmq.common.clock import ManualClock
 from orbitmq.native import NATIVE
 from orbitmq.store.disk import used_ratio
+from orbitmq.store.index_file import ENTRY_SIZE, HEADER_SIZE, RESERVE_AHEAD_BYTES, IndexFile
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.results import PutStatus
 
@@ -86,3 +87,20 @@ def test_forcible_cleaning_deletes_segments_before_their_time_but_not_the_newest
     assert store.delete_expired(forcibly=True) == segments - 1
     assert len(store.commitlog.segments) == 1
     assert store.min_offset_in_queue("TopicA", 0) > 0
+
+
+def test_an_index_file_allocates_its_blocks_ahead_of_its_entries(tmp_path: Path) -> None:
+    """Blocks are allocated for what is written and a stretch beyond, never a hole under a
+    write (a SIGBUS on a full disk), nor the whole file up front (420 MB by default)."""
+    path = tmp_path / "index"
+    index = IndexFile(path, 1024, 200_000, create=True)
+    try:
+        allocated = path.stat().st_blocks * 512
+        assert HEADER_SIZE + 1024 * 4 + RESERVE_AHEAD_BYTES <= allocated < path.stat().st_size
+        for i in range(60_000):  # 1.2 MB of entries: past the first stretch
+            assert index.put(f"k{i}", i, 1_700_000_000_000)
+        grown = path.stat().st_blocks * 512
+        assert HEADER_SIZE + 1024 * 4 + 60_000 * ENTRY_SIZE <= grown < path.stat().st_size
+        assert index.lookup("k59999", 4, 0, 1 << 62) == [59_999]
+    finally:
+        index.close()
