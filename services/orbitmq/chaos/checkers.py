@@ -137,18 +137,26 @@ def check_duplicates(history: History) -> Check:
 
 
 def check_unacknowledged(history: History) -> Check:
-    """Sends never acknowledged, reported as such: found stored or not, never loss."""
+    """Sends never acknowledged, reported as such (found stored or not), never as loss; fails
+    only when a message whose every attempt the broker refused outright was stored anyway."""
     acked = acknowledged(history)
     stored = {d.message_id for d in history.drained}
-    by_outcome: dict[str, set[str]] = defaultdict(set)
+    outcomes: dict[str, set[Outcome]] = defaultdict(set)
     for send in history.sends:
         if send.message_id not in acked:
-            by_outcome[send.outcome.value].add(send.message_id)
-    summary: dict[str, object] = {
-        outcome: {"messages": len(ids), "stored_anyway": len(ids & stored)}
-        for outcome, ids in sorted(by_outcome.items())
-    }
-    return Check("unacknowledged", True, summary)
+            outcomes[send.message_id].add(send.outcome)
+    summary: dict[str, object] = {}
+    for outcome in (Outcome.UNKNOWN, Outcome.FAILED):
+        ids = {m for m, seen in outcomes.items() if outcome in seen}
+        if ids:
+            summary[outcome.value] = {"messages": len(ids), "stored_anyway": len(ids & stored)}
+    refused_but_stored = sorted(m for m, seen in outcomes.items() if seen == {Outcome.FAILED} and m in stored)
+    return Check(
+        "unacknowledged",
+        not refused_but_stored,
+        summary,
+        [{"message_id": m, "refused_but_stored": True} for m in refused_but_stored[:MAX_LISTED]],
+    )
 
 
 def recovery(history: History) -> list[dict[str, object]]:

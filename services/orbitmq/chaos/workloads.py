@@ -6,16 +6,18 @@
   unknown outcome is sent again with the same number (as an application would), so a key's
   acknowledged numbers are its order;
 and their consumers through the public client: a concurrent push group on the first topic and an
-orderly push group on the ordered topic. Any exception from a send counts as an unknown outcome
-(the call may have been stored before the answer was lost); a non-OK status too (with
-SYNC_MASTER, FLUSH_SLAVE_TIMEOUT means the master has it and the slave may not).
+orderly push group on the ordered topic. A send refused by the broker for a stated, lasting reason
+(an :class:`~orbitmq.common.rpc.RpcFailure` that is not retriable: a slave's SLAVE_READ_ONLY,
+DISK_FULL) failed; any other exception is an unknown outcome (the call may have been stored
+before the answer was lost), and so is a non-OK status (with SYNC_MASTER, SLAVE_NOT_AVAILABLE and
+FLUSH_SLAVE_TIMEOUT mean the master has it and a slave may not).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 import grpc
@@ -29,10 +31,12 @@ from orbitmq.client import (
     OrderlyStatus,
     Producer,
     PushConsumer,
+    SendResult,
     SendStatus,
     StoredMessage,
 )
 from orbitmq.common.errors import OrbitError
+from orbitmq.common.rpc import RpcFailure
 
 TOPIC = "ChaosTopic"
 ORDERED_TOPIC = "ChaosOrdered"
@@ -81,6 +85,7 @@ class Workload:
     sending: bool = True
     _consumers: list[PushConsumer] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _latest_acknowledged_start: float = -1.0
 
     async def start(self) -> None:
         async with Admin(self.namesrv) as admin:
@@ -146,21 +151,30 @@ class Workload:
             await asyncio.sleep(SEND_PAUSE_S)
 
     async def _record(
-        self, ids: list[str], workload: str, call: object, key: str | None = None, seq: int | None = None
+        self,
+        ids: list[str],
+        workload: str,
+        call: Awaitable[SendResult],
+        key: str | None = None,
+        seq: int | None = None,
     ) -> Outcome:
         started = self.clock()
         queue_id = queue_offset = -1
         error = ""
         try:
-            result = await call  # type: ignore[misc]
+            result = await call
             outcome = Outcome.ACKNOWLEDGED if result.status is SendStatus.SEND_OK else Outcome.UNKNOWN
             queue_id, queue_offset = result.queue_id, result.queue_offset
             if outcome is Outcome.UNKNOWN:
                 error = result.status.value
         except (OrbitError, grpc.aio.AioRpcError, TimeoutError) as failure:
-            outcome, error = Outcome.UNKNOWN, f"{type(failure).__name__}: {failure}"[:200]
+            definite = isinstance(failure, RpcFailure) and not failure.retriable  # the broker's own refusal
+            outcome = Outcome.FAILED if definite else Outcome.UNKNOWN
+            error = f"{type(failure).__name__}: {failure}"[:200]
             await asyncio.sleep(0.05)
         ended = self.clock()
+        if outcome is Outcome.ACKNOWLEDGED:
+            self._latest_acknowledged_start = max(self._latest_acknowledged_start, started)
         for n, message_id in enumerate(ids):
             offset = queue_offset + n if queue_offset >= 0 else -1
             self.history.sends.append(
@@ -173,9 +187,8 @@ class Workload:
         await asyncio.gather(*self._tasks)
 
     def acknowledged_after(self, moment: float) -> bool:
-        return any(
-            s.outcome is Outcome.ACKNOWLEDGED and s.started >= moment for s in reversed(self.history.sends)
-        )
+        """Whether a send started at or after ``moment`` was acknowledged (writes recovered)."""
+        return self._latest_acknowledged_start >= moment
 
     async def close(self) -> None:
         self.sending = False

@@ -78,3 +78,15 @@ def test_a_resent_copy_is_not_a_redelivery_and_redeliveries_beyond_the_bound_fai
     check = check_duplicates(history)
     assert not check.ok
     assert check.summary["G"]["redelivered"] == 10  # type: ignore[index]
+
+
+def test_a_refused_send_found_stored_fails_and_an_unknown_one_does_not() -> None:
+    history = _history()
+    history.sends.append(Send("m-refused", "sync", 2.0, 2.1, Outcome.FAILED, error="RpcFailure: DISK_FULL"))
+    assert check_unacknowledged(history).ok
+    history.drained.append(Delivery("m-refused", "drain", 9.0, 1, 0))
+    history.drained.append(Delivery("m-unknown", "drain", 9.0, 1, 1))
+    check = check_unacknowledged(history)
+    assert not check.ok
+    assert check.violations == [{"message_id": "m-refused", "refused_but_stored": True}]
+    assert check.summary["unknown"] == {"messages": 1, "stored_anyway": 1}
