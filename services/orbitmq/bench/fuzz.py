@@ -39,6 +39,7 @@ SEGMENT_BYTES = 8 * 1024 * 1024
 UNARY_DEADLINE_S = 10.0
 STREAM_DEADLINE_S = 0.5
 LOG_FAULTS = re.compile(r"Traceback|Exception in callback|Task exception was never retrieved")
+LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # a line that starts a log record
 SERVERS = ("namesrv", "broker", "proxy", "sidecar")
 
 
@@ -48,6 +49,9 @@ class Tally:
 
     statuses: dict[str, Counter[str]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    stuck: str | None = None
+    """Set when a server stopped answering: its remaining requests are not sent (each would
+    wait out its deadline)."""
 
     def record(self, path: str, status: str, streaming: bool, detail: str = "") -> None:
         self.statuses.setdefault(path, Counter())[status] += 1
@@ -72,8 +76,11 @@ def methods_by_server() -> dict[str, list[MethodDescriptor]]:
 
 
 def _call(channel: grpc.Channel, method: MethodDescriptor, payload: bytes, tally: Tally) -> None:
+    if tally.stuck:
+        return
     path = method_path(method)
     streaming = method.client_streaming or method.server_streaming
+    failures = len(tally.failures)
     try:
         if method.client_streaming:
             chunks = [payload, payload[: len(payload) // 2]] if payload else [payload]
@@ -89,6 +96,18 @@ def _call(channel: grpc.Channel, method: MethodDescriptor, payload: bytes, tally
     except grpc.RpcError as error:
         code = error.code()  # type: ignore[attr-defined]
         tally.record(path, code.name, streaming, str(error.details()))  # type: ignore[attr-defined]
+    hung = len(tally.failures) > failures and "DEADLINE_EXCEEDED" in tally.failures[-1]
+    if hung and not _answers_health(channel):
+        tally.stuck = f"{path}: the server stopped answering after {payload[:64].hex()}... ({len(payload)} B)"
+        tally.failures.append(tally.stuck)
+
+
+def _answers_health(channel: grpc.Channel) -> bool:
+    try:
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=3)
+    except grpc.RpcError:
+        return False
+    return True
 
 
 def fuzz_server(
@@ -101,6 +120,7 @@ def fuzz_server(
         for method in methods:
             _call(channel, method, huge_request(method.input_type), tally)
             _fuzz_method(channel, method, per_method, tally, seed)
+        tally.stuck = None  # the next server is fuzzed as usual
 
 
 def _fuzz_method(
@@ -152,8 +172,19 @@ class Child:
             return self.process.wait()
 
     def log_faults(self) -> list[str]:
+        """Each traceback or asyncio complaint in the log, with the lines that follow it up to
+        the next log record (the stack and the exception)."""
         lines = self.log.read_text(errors="replace").splitlines()
-        return [f"{self.name}: {line}" for line in lines if LOG_FAULTS.search(line)]
+        faults = []
+        for at, line in enumerate(lines):
+            if LOG_FAULTS.search(line):
+                block = [line]
+                for after in lines[at + 1 : at + 40]:
+                    if LOG_RECORD.match(after):
+                        break
+                    block.append(after)
+                faults.append(f"{self.name}: " + "\n".join(block))
+        return faults
 
 
 @contextmanager

@@ -115,6 +115,18 @@ _sane_text = st.one_of(
 )
 
 
+_BY_NAME = (("topic", FUZZ_TOPIC), ("group", FUZZ_GROUP), ("host", "127.0.0.1:1"), ("addr", "127.0.0.1:1"))
+
+
+def _sane_text_for(name: str) -> st.SearchStrategy[str]:
+    """By the field's name: one request's topics agree (a send's message and its request), hosts
+    are addresses; any other string from the general sane set."""
+    for part, value in _BY_NAME:
+        if part in name:
+            return st.one_of(st.just(value), st.just(value), st.just(value), _sane_text)
+    return _sane_text
+
+
 def _scalar(field: FieldDescriptor, sane: bool) -> st.SearchStrategy[bytes]:
     """One field on the wire; ``sane``: values a client would send (small counts, names, known
     enums), so that a request gets past validation into the handler's work."""
@@ -133,7 +145,7 @@ def _scalar(field: FieldDescriptor, sane: bool) -> st.SearchStrategy[bytes]:
         size = _FIXED[kind]
         return st.binary(min_size=size, max_size=size).map(lambda b: tag(number, 1 if size == 8 else 5) + b)
     if kind == FieldDescriptor.TYPE_STRING:
-        text = _sane_text.map(str.encode) if sane else _text
+        text = _sane_text_for(field.name).map(str.encode) if sane else _text
         return text.map(lambda b: delimited(number, b))
     return (st.binary(max_size=64) if sane else _bytes).map(lambda b: delimited(number, b))
 
