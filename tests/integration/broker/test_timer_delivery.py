@@ -30,6 +30,31 @@ SLACK_MS = 150
 """Allowance on a shared 2-core machine beyond the precision (a busy loop, a slow put)."""
 
 
+class LoopStalls:
+    """The longest the event loop (the broker's: it runs in the test's process) was late waking
+    a 10 ms sleeper meanwhile: on a machine busy with other work a timer cannot be on time while
+    its loop is not scheduled, so lateness is judged beyond the stalls measured, not in spite of
+    them."""
+
+    def __init__(self) -> None:
+        self.longest_ms = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(0.01)
+            self.longest_ms = max(self.longest_ms, (time.monotonic() - started) * 1000 - 10)
+
+    async def __aenter__(self) -> LoopStalls:
+        self._task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
 @pytest.fixture
 async def running(tmp_path: Path) -> AsyncIterator[RunningBroker]:
     running = await start_broker(tmp_path / "b", timer_precision_ms=PRECISION_MS)
@@ -93,10 +118,12 @@ async def test_timed_messages_arrive_at_their_time_in_their_queue_with_their_pro
     assert stored(running, queue_id=2) == []  # waiting in the timer topic, not the real one
     assert len(stored(running, TIMER_TOPIC)) == 3
 
-    arrived = await wait_for(running, 3, 8, queue_id=2)
+    async with LoopStalls() as stalls:
+        arrived = await wait_for(running, 3, 8, queue_id=2)
     assert [m.body for m in arrived] == [b"after-1s", b"after-1.5s", b"at-3.7s"]
     for message in arrived:
-        assert 0 <= late_ms(message) <= PRECISION_MS + SLACK_MS, (message.body, late_ms(message))
+        bound = PRECISION_MS + SLACK_MS + stalls.longest_ms
+        assert 0 <= late_ms(message) <= bound, (message.body, late_ms(message), stalls.longest_ms)
     first, second, last = arrived
     assert first.store_timestamp_ms - now >= 1_000 and second.store_timestamp_ms - now >= 1_500
     assert int(last.properties["TIMER_DELIVER_MS"]) == now + 3_700 and last.store_timestamp_ms >= now + 3_700
@@ -132,14 +159,15 @@ async def test_many_timers_come_out_in_due_order_each_once(running: RunningBroke
         )
         assert reply.status == broker_pb2.SEND_OK
     assert int(time.time() * 1000) < now, "sent after the first due time: the machine is too slow"
-    arrived = await wait_for(running, len(due), 10)
+    async with LoopStalls() as stalls:
+        arrived = await wait_for(running, len(due), 10)
     assert sorted(m.body for m in arrived) == sorted(due)  # each once
     times = [int(m.properties["TIMER_DELIVER_MS"]) for m in arrived]
     assert times == sorted(times)  # in due order
     lateness = sorted(late_ms(m) for m in arrived)
     assert lateness[0] >= 0, "delivered before its time"
     p99 = lateness[int(len(lateness) * 0.99) - 1]
-    assert p99 <= PRECISION_MS + SLACK_MS, lateness[-20:]
+    assert p99 <= PRECISION_MS + SLACK_MS + stalls.longest_ms, (lateness[-20:], stalls.longest_ms)
 
 
 async def test_a_time_already_past_is_delivered_now(running: RunningBroker) -> None:
