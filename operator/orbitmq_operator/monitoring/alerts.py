@@ -66,9 +66,12 @@ REPLICATION_LAG_BOUND_BYTES = 256 * 1024 * 1024
 _DISK_KEY = "namespace, pod, broker, instance"
 """One broker process: a master and its slaves share a broker name, not a disk."""
 DISK_USED_BOUND = 0.85
-"""Share of a broker's data file system it can no longer write, ``1 - available / total`` of
-``orbitmq_store_disk_*_bytes`` (the broker's own ``statvfs`` of its commit-log directory, so it
-holds on any deployment, and counts space reserved for root as used: the broker cannot have it).
+"""Used share of a broker's data file system, ``orbitmq_store_disk_used_ratio``: the ratio the
+broker itself acts on (its own ``statvfs`` of the store every second, as ``df`` shows it, so it
+holds on any deployment and reaches 1 exactly when the broker gets ENOSPC). Past this the broker
+deletes its oldest segments early (``disk_space_clean_forcibly_ratio``'s default);
+``1 - available / total`` of the ``orbitmq_store_disk_*_bytes`` gauges also counted blocks
+reserved for root, reading 89 % on a disk the broker and ``df`` saw 70 % used.
 The kubelet's volume statistics are not a fallback: joined with ``or``, a volume both report
 would alert twice (one series per PVC, one per broker), and they only exist where Prometheus
 scrapes the kubelet."""
@@ -208,11 +211,7 @@ STORAGE = (
     Alert(
         "OrbitMQCommitLogDiskFilling",
         f"""
-        1 - (
-          max by (namespace, pod, broker, instance) (orbitmq_store_disk_available_bytes)
-          / max by (namespace, pod, broker, instance) (orbitmq_store_disk_total_bytes)
-        )
-        > {DISK_USED_BOUND}
+        max by ({_DISK_KEY}) (orbitmq_store_disk_used_ratio) > {DISK_USED_BOUND}
         """,
         "5m",
         "warning",

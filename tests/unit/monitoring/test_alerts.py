@@ -202,10 +202,12 @@ def test_every_series_and_label_an_expression_reads_exists(rule: dict[str, Any])
 
 def test_the_disk_alert_reads_the_brokers_own_disk_gauges() -> None:
     """Per broker process (a master and its slaves share a broker name, not a disk), from the
-    broker's statvfs: it holds outside Kubernetes too and needs no kubelet scrape."""
+    broker's statvfs: it holds outside Kubernetes too and needs no kubelet scrape. The ratio is
+    the one the broker acts on (its forcible cleaning and DISK_FULL refusals), so the alert's
+    85 % is the broker's 85 %."""
     rule = next(r for r in RULES if r["alert"] == "OrbitMQCommitLogDiskFilling")
     result = check_promql(rule["expr"])
-    assert result.metrics == {"orbitmq_store_disk_available_bytes", "orbitmq_store_disk_total_bytes"}
+    assert result.metrics == {"orbitmq_store_disk_used_ratio"}
     assert {"broker", "instance"} <= result.grouping
     assert f"> {alerts.DISK_USED_BOUND}" in rule["expr"] and alerts.DISK_USED_BOUND == 0.85
 

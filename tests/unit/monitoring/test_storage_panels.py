@@ -38,19 +38,14 @@ def test_flush_latency_shows_p50_p95_p99_per_broker_process() -> None:
         assert SERIES["orbitmq_commitlog_flush_seconds_bucket"] == {"broker", "le"}
 
 
-def test_disk_use_is_the_share_the_broker_can_no_longer_write() -> None:
+def test_disk_use_is_the_ratio_the_broker_acts_on() -> None:
     panel = _panel("Store disk use %")
     assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
     [(_, expr)] = [(t, e) for t, e in panel_queries(BOARD) if t == panel["title"]]
-    assert expr.startswith(
-        '(1 - orbitmq_store_disk_available_bytes{broker=~"$broker"} '
-        '/ orbitmq_store_disk_total_bytes{broker=~"$broker"})'
-    )
+    assert expr.startswith('orbitmq_store_disk_used_ratio{broker=~"$broker"}')
     result = _check(expr)
-    assert {"orbitmq_store_disk_available_bytes", "orbitmq_store_disk_total_bytes"} <= result.metrics
-    assert (
-        SERIES["orbitmq_store_disk_total_bytes"] == SERIES["orbitmq_store_disk_available_bytes"] == {"broker"}
-    )
+    assert "orbitmq_store_disk_used_ratio" in result.metrics
+    assert SERIES["orbitmq_store_disk_used_ratio"] == {"broker"}
 
 
 def test_disk_full_refusals_show_per_broker_process() -> None:

@@ -35,14 +35,13 @@ def rows() -> Rows:
                 ts(
                     "Store disk use %",
                     Query(
-                        f"(1 - orbitmq_store_disk_available_bytes{{{B}}}"
-                        f" / orbitmq_store_disk_total_bytes{{{B}}})"
+                        f"orbitmq_store_disk_used_ratio{{{B}}}"
                         " * on(job, instance) group_left(broker_id, role) orbitmq_broker_role",
                         legend,
                     ),
                     unit="percentunit",
-                    description="Share of the file system holding the broker's data that the broker can "
-                    "no longer write (1 - available / size: space reserved for root counts as used). "
+                    description="Used share of the file system holding the broker's data, as the broker "
+                    "reads it every second (df's Use%: root's reserved blocks left out). "
                     "Past 85 % (disk_space_clean_forcibly_ratio) the broker deletes its oldest "
                     "segments before their retention time, past 90 % (disk_space_warning_level_ratio) "
                     "it refuses sends with DISK_FULL. The OrbitMQCommitLogDiskFilling alert fires "
