@@ -161,7 +161,9 @@ def check_unacknowledged(history: History) -> Check:
 
 def recovery(history: History) -> list[dict[str, object]]:
     """Per fault: seconds from the fault to the first acknowledged write started after it, and to
-    the moment every message acknowledged by then had been delivered (consumers caught up)."""
+    the moment every message acknowledged from the fault to then had been delivered (consumers
+    caught up). Earlier acknowledgements are the loss checker's: one message never delivered
+    must not leave every later fault without a recovery time."""
     first_delivery: dict[str, float] = {}
     for delivery in history.deliveries:
         first_delivery.setdefault(delivery.message_id, delivery.at)
@@ -172,8 +174,12 @@ def recovery(history: History) -> list[dict[str, object]]:
     for fault in history.faults:
         writes = next((s.ended for s in acked_sends if s.started >= fault.injected_at), None)
         caught_up: float | None = None
-        if writes is not None:
-            due = [first_delivery.get(s.message_id) for s in acked_sends if s.ended <= writes]
+        if writes is not None:  # what was acknowledged from the fault to the recovered write
+            due = [
+                first_delivery.get(s.message_id)
+                for s in acked_sends
+                if fault.injected_at <= s.ended <= writes
+            ]
             if due and all(at is not None for at in due):
                 caught_up = max(fault.injected_at, *(at for at in due if at is not None))
         rows.append(

@@ -90,3 +90,12 @@ def test_a_refused_send_found_stored_fails_and_an_unknown_one_does_not() -> None
     assert not check.ok
     assert check.violations == [{"message_id": "m-refused", "refused_but_stored": True}]
     assert check.summary["unknown"] == {"messages": 1, "stored_anyway": 1}
+
+
+def test_a_message_lost_before_a_fault_leaves_that_faults_recovery_time() -> None:
+    history = _history()
+    history.sends.insert(0, Send("m-lost", "sync", 0.1, 0.2, Outcome.ACKNOWLEDGED, 1, 0))
+    check = check_recovery(history)
+    assert check.ok  # the loss is check_acknowledged_consumed's to report
+    assert check.summary["per_fault"][0]["caught_up_s"] == 0.7  # type: ignore[index]
+    assert not check_acknowledged_consumed(history).ok
