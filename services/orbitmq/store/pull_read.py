@@ -142,6 +142,14 @@ class PullRead:
                 self._buffer, self._segment_start = segment.buffer, segment.start_offset
                 self._segment_end = min(segment.end_offset, commitlog.max_offset)
         if record is None:
+            if physical + size > self._commitlog.max_offset:
+                # Past the log's end: the log was cut under this pull (a rejoining slave cuts its
+                # commit log, then its consume queues, beside pulls). Skipping the unit would move
+                # the reader past queue offsets the new master fills with other messages.
+                self.next_offset -= 1
+                self.done = True
+                self.status = GetStatus.OFFSET_OVERFLOW_ONE if not records else self.status
+                return True
             self.status = GetStatus.OFFSET_FOUND_NULL if not records else self.status
             return False
         if (
