@@ -28,6 +28,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from orbitmq.client.message import Message as OrbitMessage
 from orbitmq.common.names import InvalidNameError, validate_topic_name
 from orbitmq.common.properties import SHARDING_KEY, SYSTEM_PROPERTIES, USER_RULE
@@ -55,6 +58,18 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def time_ms(value: Timestamp | Duration, what: str, code: int) -> int:
+    """A Timestamp or Duration from a client in milliseconds, or refused with ``code``.
+
+    protobuf's ToMilliseconds checks the fields' ranges (nanos, seconds within 10 000 years) with
+    ValueError, and any client can put such values on the wire: called bare, the proxy answered
+    INTERNAL and logged a traceback for them."""
+    try:
+        return value.ToMilliseconds()
+    except ValueError as error:
+        raise Refused(code, f"{what} is not a valid time: {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +135,9 @@ def outbound(
         system_properties[SHARDING_KEY] = group
     deliver_ms = None
     if timed:
-        deliver_ms = max(0, system.delivery_timestamp.ToMilliseconds())
+        deliver_ms = max(
+            0, time_ms(system.delivery_timestamp, "delivery_timestamp", v2.ILLEGAL_DELIVERY_TIME)
+        )
         _check_delivery_time(deliver_ms - now_ms, max_delay_ms)
     return Outbound(
         OrbitMessage(

@@ -61,7 +61,7 @@ class Offsets:
         elif policy == v2.TIMESTAMP:
             if not request.HasField("timestamp"):
                 raise Refused(v2.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
-            at_ms = request.timestamp.ToMilliseconds()
+            at_ms = convert.time_ms(request.timestamp, "timestamp", v2.BAD_REQUEST)
             if at_ms < 0:
                 raise Refused(v2.BAD_REQUEST, f"timestamp {at_ms} ms must not be before the epoch")
             search = broker_pb2.SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp_ms=at_ms)
@@ -136,7 +136,9 @@ class Offsets:
             )
         poll_ms = 0
         if request.HasField("long_polling_timeout"):
-            poll_ms = request.long_polling_timeout.ToMilliseconds()
+            poll_ms = convert.time_ms(
+                request.long_polling_timeout, "long_polling_timeout", v2.ILLEGAL_POLLING_TIME
+            )
             if poll_ms < 0:
                 raise Refused(v2.ILLEGAL_POLLING_TIME, f"long_polling_timeout of {poll_ms} ms is negative")
         if time_remaining_s is not None:
