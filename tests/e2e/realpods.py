@@ -132,7 +132,18 @@ def pod_settings(k8s: K8sCluster) -> dict[str, Any]:
         "volumeMounts": [
             {"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, path in enumerate(paths)
         ],
+        "env": suite_disk_env(),
     }
+
+
+def suite_disk_env() -> list[dict[str, str]]:
+    """The suite's disk ratios (``ORBITMQ_BROKER_DISK_*``, set by tests/conftest.py) for brokers
+    in pods too: their host-path stores share the test machine's disk with other work."""
+    return [
+        {"name": name, "value": value}
+        for name, value in sorted(os.environ.items())
+        if name.startswith("ORBITMQ_BROKER_DISK_")
+    ]
 
 
 def cluster_cr(k8s: K8sCluster, name: str, brokers: dict[str, Any], **spec: Any) -> dict[str, Any]:

@@ -49,7 +49,14 @@ from k8s_testbed_support import K8sCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "rocketmq_v2"))
 import v2kit
 from operatorkit import install_crds, wait_condition
-from realpods import STORAGE_CLASS, create_namespace, delete_host_volumes, host_volumes, wait_ready
+from realpods import (
+    STORAGE_CLASS,
+    create_namespace,
+    delete_host_volumes,
+    host_volumes,
+    suite_disk_env,
+    wait_ready,
+)
 
 from orbitmq.client import Admin
 from orbitmq.common.credentials import Credentials
@@ -90,7 +97,7 @@ def values(k8s: K8sCluster, namespace: str, reference: str, **changes: Any) -> d
                     "segmentMib": 16,
                     "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS, "retention": "Delete"},
                 },
-                "pod": {"nodeSelector": node_selector},
+                "pod": {"nodeSelector": node_selector, "env": suite_disk_env()},
             },
         },
         "topics": [{"topicName": "Orders", "readQueues": 4, "writeQueues": 4}],

@@ -46,6 +46,7 @@ def _on_real_node(
         container.setdefault("image", node["image"])
         container.setdefault("imagePullPolicy", "Never")  # imported locally; there is no registry
         container["volumeMounts"] = [*mounts, *container.get("volumeMounts", [])]
+        container["env"] = [*container.get("env", []), *settings["env"]]
     return {
         **pod_spec,
         "nodeSelector": node["labels"],
