@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 from lightkube import ApiError, AsyncClient, codecs
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.core_v1 import Secret
 
 from orbitmq_operator.builders import certificates, common, names, tls
 from orbitmq_operator.builders.certificates import CertificateProblem, Pem
 from orbitmq_operator.builders.common import Cluster, Manifest
+from orbitmq_operator.reconcile import secrets
 from orbitmq_operator.reconcile.apply import FIELD_MANAGER
 from orbitmq_operator.reconcile.conditions import Reason
 
@@ -76,13 +76,8 @@ def _decode(data: Mapping[str, str] | None) -> dict[str, str] | None:
 
 async def read_secret(api: AsyncClient, namespace: str, name: str) -> dict[str, str] | None:
     """A Secret's decoded ``data``, None when there is none."""
-    try:
-        secret = await api.get(Secret, name, namespace=namespace)
-    except ApiError as error:
-        if error.status.code == 404:
-            return None
-        raise
-    return _decode(secret.data or {})
+    data = await secrets.read_secret(api, namespace, name)
+    return None if data is None else _decode(data)
 
 
 def secret_manifest(cluster: Cluster, name: str, data: Mapping[str, str], kind: str = "Opaque") -> Manifest:
