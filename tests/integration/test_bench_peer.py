@@ -134,7 +134,7 @@ def test_bench_peer_prints_every_figure_with_a_rocketmq_baseline(tmp_path: Path)
     figures = {json.loads(line)["figure"]: json.loads(line) for line in done.stdout.splitlines()}
     assert set(figures) == expected_figures()
     for name, figure in figures.items():
-        assert figure["baseline"] is not None, name
+        assert figure["baseline"] is not None, (name, figure, done.stderr[-3000:])
         assert "RocketMQ 5.3.3" in figure["baseline_name"], figure
         if "cpu" not in name:  # CPU is read in clock ticks: a tiny run may show none
             assert figure["value"] > 0 and figure["baseline"] > 0, figure
