@@ -29,11 +29,12 @@ import grpc
 
 from orbitmq.auth.tables import AuthTables, Stamp
 from orbitmq.common.clock import Clock
-from orbitmq.common.credentials import Credentials, signed
-from orbitmq.common.server import GRPC_OPTIONS, StartupError
+from orbitmq.common.credentials import Credentials
+from orbitmq.common.namesrv_stubs import NameServerStubs
+from orbitmq.common.server import StartupError
 from orbitmq.common.tasks import TaskSet
-from orbitmq.common.tls import TlsFiles, explain, open_channel
-from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.common.tls import TlsFiles, explain
+from orbitmq.v1 import nameserver_pb2
 
 log = logging.getLogger(__name__)
 
@@ -134,14 +135,13 @@ class Registrar:
         self._plaintext_warned = False
         self._behind_warned: Stamp | None = None
         self._tls = tls
-        self._credentials = credentials
         self._refused: dict[str, str] = {}
         """Name servers whose last registration failed its TLS handshake, with the cause."""
         self._build_request = build_request
         self._on_reply = on_reply
         self._is_waiting = is_waiting
         self._interval_s = interval_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stub = NameServerStubs(tls, credentials)
         self._due = {address: asyncio.Event() for address in addresses}
         self._answered = dict.fromkeys(addresses, False)
         self._failures = {address: FailureLog(address, clock) for address in addresses}
@@ -208,9 +208,7 @@ class Registrar:
 
     async def close(self) -> None:
         await self._tasks.close()
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._stub.close()
 
     async def _register_loop(self, address: str) -> None:
         """Register every interval (the heartbeat), and at once when :meth:`request` asks.
@@ -314,14 +312,6 @@ class Registrar:
                 "sending users and ACLs (secrets included) to name servers without TLS: "
                 "set --tls-ca (and the name servers' --tls-cert/--tls-key) to encrypt them"
             )
-
-    def _stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = signed(
-                open_channel(address, self._tls, GRPC_OPTIONS), self._credentials
-            )
-        return nameserver_pb2_grpc.NameServerStub(channel)
 
 
 def _older(held: Stamp | None, ours: Stamp) -> bool:

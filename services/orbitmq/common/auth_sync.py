@@ -34,13 +34,13 @@ from pydantic import ValidationError
 
 from orbitmq.auth.model import User, describe_errors
 from orbitmq.auth.tables import AuthTables, Stamp, layered
-from orbitmq.common.credentials import Credentials, signed
+from orbitmq.common.credentials import Credentials
 from orbitmq.common.guard import with_bootstrap
 from orbitmq.common.namesrv_list import parse_namesrv_list
+from orbitmq.common.namesrv_stubs import NameServerStubs
 from orbitmq.common.rpc import RpcFailure, failure_of
-from orbitmq.common.server import GRPC_OPTIONS
-from orbitmq.common.tls import ClientTls, explain, open_channel
-from orbitmq.v1 import nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.common.tls import ClientTls, explain
+from orbitmq.v1 import nameserver_pb2
 from orbitmq.v1.broker_pb2 import ErrorReason
 
 log = logging.getLogger(__name__)
@@ -93,14 +93,13 @@ class SyncedTables:
             raise ValueError(f"interval_s {interval_s} must be more than 0")
         self._addresses = parse_namesrv_list(namesrv)
         self._tls = tls
-        self._credentials = credentials
         self._interval_s = interval_s
         self._tables = AuthTables()
         self._versions = itertools.count(1)
         self._known = nameserver_pb2.AuthVersion()
         self._current = 0
         """Index of the name server asked first."""
-        self._channels: dict[str, Any] = {}
+        self._stub = NameServerStubs(tls, credentials)
         self._task: asyncio.Task[None] | None = None
         self._failing_since: float | None = None
         self._logged_at = 0.0
@@ -124,9 +123,7 @@ class SyncedTables:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._stub.close()
 
     async def refresh(self) -> bool:
         """One round: ask the name servers in turn until one answers; returns whether the tables
@@ -186,14 +183,6 @@ class SyncedTables:
                 await self.refresh()
             except Exception:  # keep syncing: stale tables are better than frozen ones
                 log.exception("users and ACLs sync failed; retrying in %s s", self._interval_s)
-
-    def _stub(self, address: str) -> nameserver_pb2_grpc.NameServerStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = signed(
-                open_channel(address, self._tls, GRPC_OPTIONS), self._credentials
-            )
-        return nameserver_pb2_grpc.NameServerStub(channel)
 
     def _failed(self, detail: str) -> None:
         now = asyncio.get_running_loop().time()
