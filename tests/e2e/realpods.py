@@ -367,3 +367,43 @@ async def rejoined_as_slave(k8s: K8sCluster, namespace: str, pod: str, epoch: in
                 return
         assert time.monotonic() < deadline, f"{pod} did not rejoin as a slave of epoch {epoch}"
         await asyncio.sleep(0.5)
+
+
+async def wait(what: str, predicate: Any, within: float) -> None:
+    """Poll a blocking (kubectl) predicate without stalling the senders' event loop."""
+    deadline = time.monotonic() + within
+    while not await asyncio.to_thread(predicate):
+        assert time.monotonic() < deadline, f"timed out after {within:.0f} s waiting for {what}"
+        await asyncio.sleep(0.5)
+
+
+def broker_pods(k8s: K8sCluster, ns: str, cluster: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker"
+    return k8s.get_json("pods", "-n", ns, "-l", selector)["items"]
+
+
+def update_revisions(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> list[str | None]:
+    """Each broker StatefulSet's update revision (what its pods are rolled to)."""
+    return [
+        k8s.get_json("statefulset", f"{cluster}-broker-{n}", "-n", ns)["status"].get("updateRevision")
+        for n in range(groups)
+    ]
+
+
+def rolled(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> bool:
+    """Every broker pod Ready at its StatefulSet's update revision, and no roll in the status."""
+    status = get(k8s, ns, "orbitmqclusters", cluster).get("status") or {}
+    if status.get("rollingUpdates"):
+        return False
+    revisions = {}
+    for n in range(groups):
+        sts = k8s.get_json("statefulset", f"{cluster}-broker-{n}", "-n", ns)
+        revisions[sts["metadata"]["name"]] = sts["status"].get("updateRevision")
+    for pod in broker_pods(k8s, ns, cluster):
+        owner = pod["metadata"]["ownerReferences"][0]["name"]
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []
+        )
+        if pod["metadata"]["labels"].get("controller-revision-hash") != revisions.get(owner) or not ready:
+            return False
+    return True

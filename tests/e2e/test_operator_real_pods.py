@@ -25,6 +25,7 @@ from k8s_testbed_support import K8sCluster
 from operatorkit import get, wait_condition
 from realpods import (
     Senders,
+    broker_pods,
     cluster_cr,
     group_status,
     host_volumes,
@@ -33,6 +34,9 @@ from realpods import (
     namesrv_address,
     operated_namespace,
     rejoined_as_slave,
+    rolled,
+    update_revisions,
+    wait,
     wait_ready,
 )
 
@@ -65,14 +69,6 @@ def consumer_group_cr(cluster: str) -> dict[str, Any]:
         "metadata": {"name": CONSUMER_GROUP.lower()},
         "spec": {"cluster": cluster, "groupName": CONSUMER_GROUP},
     }
-
-
-async def wait(what: str, predicate: Any, within: float) -> None:
-    """Poll a blocking (kubectl) predicate without stalling the senders' event loop."""
-    deadline = time.monotonic() + within
-    while not await asyncio.to_thread(predicate):
-        assert time.monotonic() < deadline, f"timed out after {within:.0f} s waiting for {what}"
-        await asyncio.sleep(0.5)
 
 
 async def start_cluster(k8s: K8sCluster, ns: str, name: str, brokers: dict[str, Any], **spec: Any) -> float:
@@ -138,38 +134,6 @@ async def test_a_killed_master_is_failed_over_on_real_pods(k8s_real_node: K8sClu
         )
         assert senders.failures == [], senders.failures[:3]
         assert pause < 30, pause
-
-
-def broker_pods(k8s: K8sCluster, ns: str, cluster: str) -> list[dict[str, Any]]:
-    selector = f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker"
-    return k8s.get_json("pods", "-n", ns, "-l", selector)["items"]
-
-
-def update_revisions(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> list[str | None]:
-    """Each broker StatefulSet's update revision (what its pods are rolled to)."""
-    return [
-        k8s.get_json("statefulset", f"{cluster}-broker-{n}", "-n", ns)["status"].get("updateRevision")
-        for n in range(groups)
-    ]
-
-
-def rolled(k8s: K8sCluster, ns: str, cluster: str, groups: int) -> bool:
-    """Every broker pod Ready at its StatefulSet's update revision, and no roll in the status."""
-    status = get(k8s, ns, "orbitmqclusters", cluster).get("status") or {}
-    if status.get("rollingUpdates"):
-        return False
-    revisions = {}
-    for n in range(groups):
-        sts = k8s.get_json("statefulset", f"{cluster}-broker-{n}", "-n", ns)
-        revisions[sts["metadata"]["name"]] = sts["status"].get("updateRevision")
-    for pod in broker_pods(k8s, ns, cluster):
-        owner = pod["metadata"]["ownerReferences"][0]["name"]
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []
-        )
-        if pod["metadata"]["labels"].get("controller-revision-hash") != revisions.get(owner) or not ready:
-            return False
-    return True
 
 
 async def test_scale_up_roll_and_drain_on_real_pods(k8s_real_node: K8sCluster, tmp_path: Path) -> None:
