@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 
 from orbitmq.local.datadir import RUN_FILE
+from orbitmq.store.disk import used_ratio
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 NAMESRV = "namesrv"
@@ -31,6 +32,17 @@ BROKER_ENV = {"ORBITMQ_BROKER_FLUSH_MODE": "SYNC_FLUSH"}
 """Local up's brokers inherit its environment: SYNC_FLUSH (an acknowledgement waits for the
 fsync) with the SYNC_MASTER local up gives a group with slaves."""
 STOP_TIMEOUT_S = 30.0
+STORE_DIRS = ("broker-a", "broker-a-s1")
+"""The brokers' store directories under the data directory (local up's layout, ``datadir``)."""
+STORE_DISK_RATIOS = {
+    "disk_max_used_space_ratio": 0.80,
+    "disk_space_warning_level_ratio": 0.85,
+    "disk_space_clean_forcibly_ratio": 0.97,
+}
+"""The brokers' disk ratios when their stores are mounts of their own (``store_mib``): sends
+refused past 85 %, and forced deletion of unconsumed segments only past 97 %, a level the
+disk-full fault does not reach (that deletion loses acknowledged messages by design, as in
+RocketMQ; the fault tests the refusal, not it)."""
 
 
 @dataclass
@@ -50,10 +62,28 @@ class LocalUpCluster:
     namesrv: str = ""
     brokers: dict[str, str] = field(default_factory=dict)
     """Component name -> gRPC address (addresses stay across restarts and failovers)."""
+    metrics: dict[str, str] = field(default_factory=dict)
+    """Component name -> its metrics URL (``http://host:port/metrics``)."""
+    store_mib: int | None = None
+    """When set, each broker's store directory is a tmpfs of this many MiB, mounted before local
+    up starts and unmounted after it stops (root only: else the stores stay on the data
+    directory's disk and :attr:`mount_error` says why): a disk the disk-full fault can fill
+    without touching the machine's, whose ratios the brokers act on (:data:`STORE_DISK_RATIOS`)."""
+    mounted: list[Path] = field(default_factory=list)
+    mount_error: str = ""
+    store_problems: list[str] = field(default_factory=list)
+    """What the stores' consistency check (after the cluster stopped) found: empty when every
+    record and queue unit checked out (see :func:`orbitmq.chaos.diskfault.check_stores`)."""
     _process: subprocess.Popen[str] | None = field(default=None, repr=False)
+    _stores_checked: bool = field(default=False, repr=False)
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **BROKER_ENV}
+        if self.store_mib is not None:
+            self._mount_stores(self.store_mib)
+        if self.mounted:
+            env.update({f"ORBITMQ_BROKER_{name.upper()}": str(v) for name, v in STORE_DISK_RATIOS.items()})
         ports = [
             a
             for flag in ("--namesrv-port", "--broker-port", "--namesrv-metrics-port", "--broker-metrics-port")
@@ -81,11 +111,12 @@ class LocalUpCluster:
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
-            env={**os.environ, **BROKER_ENV},
+            env=env,
         )
         assert self._process.stdout is not None
         line = await asyncio.to_thread(self._process.stdout.readline)
         if not line:
+            await self.stop()
             raise RuntimeError(f"local up did not start; see {self.data_dir / 'local-up.log'}")
         report = json.loads(line)
         self.namesrv = report["namesrv"]
@@ -94,8 +125,47 @@ class LocalUpCluster:
             for name, info in report["components"].items()
             if name.startswith("broker ")
         }
+        self.metrics = {name: str(info["metrics"]) for name, info in report["components"].items()}
 
     async def stop(self) -> None:
+        """Stop local up, check the stores, unmount them (each once, however often called)."""
+        await self._stop_local_up()
+        if self._process is not None and not self._stores_checked:
+            from orbitmq.chaos.diskfault import check_stores
+
+            self._stores_checked = True
+            self.store_problems = await asyncio.to_thread(check_stores, self)
+        self._unmount_stores()
+
+    def disk_used_ratio(self) -> float:
+        """The fullest of the data directory's disk and the stores' own mounts, now."""
+        return max(used_ratio(path) for path in [self.data_dir, *self.mounted])
+
+    def store_dir(self, component: str) -> Path:
+        """The store directory of local up's ``broker <dir>`` component."""
+        return self.data_dir / component.removeprefix("broker ")
+
+    def _mount_stores(self, mib: int) -> None:
+        if os.geteuid() != 0:
+            self.mount_error = "mounting a tmpfs store needs root"
+            return
+        for name in STORE_DIRS:
+            directory = self.data_dir / name
+            directory.mkdir(exist_ok=True)
+            mount = ["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0755", "orbitmq-chaos", str(directory)]
+            done = subprocess.run(mount, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                self.mount_error = f"mount of {directory} failed: {done.stderr.strip()}"
+                self._unmount_stores()
+                return
+            self.mounted.append(directory)
+
+    def _unmount_stores(self) -> None:
+        while self.mounted:
+            directory = self.mounted.pop()
+            subprocess.run(["umount", "--lazy", str(directory)], capture_output=True, check=False)
+
+    async def _stop_local_up(self) -> None:
         process = self._process
         if process is None or process.poll() is not None:
             return

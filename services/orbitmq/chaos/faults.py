@@ -17,13 +17,32 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster, signal_quietly
+from orbitmq.chaos.diskfault import DISK_FAULTS
 from orbitmq.chaos.history import FaultRecord
 from orbitmq.local.restarts import MAX_RESTARTS, RESTART_WINDOW_S
 
 HEAL_WAIT_S = 30.0
 """How long a kill waits for local up to put a new process in its place."""
+
+
+class Fault(Protocol):
+    """What a round injects: a name for the schedule and the result, and ``inject``, which
+    returns once the fault is over (or gave up healing) with what it did."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def inject(
+        self,
+        cluster: LocalUpCluster,
+        round_no: int,
+        pair: tuple[str, str],
+        rng: random.Random,
+        clock: Callable[[], float],
+    ) -> FaultRecord: ...
 
 
 class Role(Enum):
@@ -80,9 +99,7 @@ class ProcessFault:
         return record
 
 
-def choose(
-    rng: random.Random, names: list[str], namesrv_kills: list[float], now: float
-) -> ProcessFault | None:
+def choose(rng: random.Random, names: list[str], namesrv_kills: list[float], now: float) -> Fault | None:
     """The next fault among ``names``; a name-server kill only while local up would restart it.
 
     Local up restarts a component at most :data:`~orbitmq.local.restarts.MAX_RESTARTS` times in
@@ -96,6 +113,7 @@ def choose(
     return FAULTS[rng.choice(allowed)] if allowed else None
 
 
-FAULTS: dict[str, ProcessFault] = {
-    f.name: f for f in (ProcessFault(role, action) for action in Action for role in Role)
+FAULTS: dict[str, Fault] = {
+    **{f.name: f for f in (ProcessFault(role, action) for action in Action for role in Role)},
+    **DISK_FAULTS,
 }

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from orbitmq.chaos.checkers import CHECKERS, Check
 from orbitmq.chaos.cluster import LocalUpCluster
+from orbitmq.chaos.diskfault import DISK_FAULTS, STORE_MIB
 from orbitmq.chaos.faults import FAULTS, choose
 from orbitmq.chaos.history import FaultRecord, History
 from orbitmq.chaos.workloads import Workload, drain
-from orbitmq.store.disk import used_ratio
 
 HEALTHY_WAIT_S = 60.0
 """Longest wait for a caught-up master/slave pair before a round (a round that finds none is
@@ -66,7 +66,8 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
         return round(time.monotonic() - origin, 4)
 
     history = History()
-    cluster = LocalUpCluster(data_dir, settings.failover_after_ms)
+    store_mib = STORE_MIB if set(settings.faults) & set(DISK_FAULTS) else None  # a disk it can fill
+    cluster = LocalUpCluster(data_dir, settings.failover_after_ms, store_mib=store_mib)
     await cluster.start()
     progress(f"cluster up (name server {cluster.namesrv}, data in {data_dir})")
     rounds = _Rounds(
@@ -77,6 +78,7 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
         stopped_early = await rounds.run(progress)
         await rounds.finish()
     finally:
+        mounted = list(cluster.mounted)
         await rounds.workload.close()
         await cluster.stop()
     if settings.history_file is not None:
@@ -85,6 +87,8 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
     disk = {
         "disk_used_ratio_max": round(max(rounds.disk_ratios, default=0.0), 4),
         "retention": cluster.retention_deletions(),
+        "store_mounts": [str(p.relative_to(data_dir)) for p in mounted] or cluster.mount_error,
+        "store_check": cluster.store_problems,
     }
     return result(settings, history, checks, stopped_early, clock(), disk)
 
@@ -133,7 +137,7 @@ class _Rounds:
         while not self.workload.acknowledged_after(record.injected_at) and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
             await asyncio.sleep(0.1)
         record.round_ended_at = self.clock()
-        self.disk_ratios.append(used_ratio(self.cluster.data_dir))
+        self.disk_ratios.append(self.cluster.disk_used_ratio())
         return record
 
     def _unhealthy(self) -> str:
@@ -167,7 +171,7 @@ def result(
     disk: dict[str, object],
 ) -> dict[str, object]:
     return {
-        "ok": all(c.ok for c in checks) and not stopped_early,
+        "ok": all(c.ok for c in checks) and not stopped_early and not disk.get("store_check"),
         "settings": {
             "rounds": settings.rounds,
             "duration_s": settings.duration_s,
