@@ -221,17 +221,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     stream.push(await self._settings_answer(caller, client_id, namespace, command.settings))
 
         reader = asyncio.get_running_loop().create_task(read(), name=f"telemetry-read:{client_id}")
+        getter: asyncio.Future[pb.TelemetryCommand] | None = None
         try:
             while not reader.done():
                 getter = asyncio.ensure_future(stream.commands.get())
                 done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     yield getter.result()
-                else:
-                    getter.cancel()
             if reader.exception() is not None and not isinstance(reader.exception(), grpc.aio.AioRpcError):
                 log.warning("telemetry stream of %s ended: %r", client_id, reader.exception())
         finally:
+            # A client that goes away (a RocketMQ 5 client's shutdown closes its channel)
+            # cancels this generator inside the wait: the getter, left pending, stayed in the
+            # loop's tasks until a full garbage collection ("Task was destroyed but it is
+            # pending!"), one per client that ever left.
+            if getter is not None:
+                getter.cancel()
             reader.cancel()
             self._clients.close_stream(stream)
 
