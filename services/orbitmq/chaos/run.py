@@ -19,6 +19,7 @@ from orbitmq.chaos.cluster import LocalUpCluster
 from orbitmq.chaos.diskfault import DISK_FAULTS, STORE_MIB
 from orbitmq.chaos.faults import FAULTS, choose
 from orbitmq.chaos.history import FaultRecord, History
+from orbitmq.chaos.report import write_report
 from orbitmq.chaos.workloads import Workload, drain
 
 HEALTHY_WAIT_S = 60.0
@@ -43,6 +44,8 @@ class RunSettings:
     failover_after_ms: int = 3_000
     history_file: Path | None = None
     """Where the whole history is saved (every send and delivery), to be judged again."""
+    report_file: Path | None = None
+    """Where the HTML report is written (:mod:`.report`; needs matplotlib, the ``report`` extra)."""
     settle_s: tuple[float, float] = (0.5, 1.5)
     """Seeded pause between a healthy cluster and the next fault: traffic in full flow."""
 
@@ -90,7 +93,10 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
         "store_mounts": [str(p.relative_to(data_dir)) for p in mounted] or cluster.mount_error,
         "store_check": cluster.store_problems,
     }
-    return result(settings, history, checks, stopped_early, clock(), disk)
+    outcome = result(settings, history, checks, stopped_early, clock(), disk)
+    if settings.report_file is not None:
+        write_report(settings.report_file, outcome, history)
+    return outcome
 
 
 @dataclass

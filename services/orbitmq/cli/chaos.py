@@ -62,6 +62,14 @@ from orbitmq.chaos.faults import FAULTS
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also save every send, delivery and fault as JSON (orbitmq.chaos.history.History.load).",
 )
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where the self-contained HTML report (plots, tables) is written (default: --out with .html;"
+    " needs matplotlib: pip install 'orbitmq[report]').",
+)
+@click.option("--no-report", is_flag=True, help="Write no HTML report (no matplotlib needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON result on stdout (progress to stderr).")
 def chaos(
     rounds: int,
@@ -73,13 +81,20 @@ def chaos(
     data_dir: Path | None,
     out: Path,
     history_file: Path | None,
+    report_file: Path | None,
+    no_report: bool,
     as_json: bool,
 ) -> None:
     """Start `orbitmq local up --slaves 1` (SYNC_MASTER, SYNC_FLUSH), run producers and consumers
     through the client, inject one fault per round, then check that no acknowledged message was
     lost and no ordered key was reordered. Exits 1 when a checker fails."""
+    from orbitmq.chaos.report import default_report_path, missing_dependency
     from orbitmq.chaos.run import RunSettings, run
 
+    if report_file is not None and no_report:
+        raise click.UsageError("--report and --no-report exclude each other")
+    if not no_report and (missing := missing_dependency()):
+        raise click.ClickException(f"{missing}; or run with --no-report")
     settings = RunSettings(
         rounds=rounds,
         duration_s=duration_s,
@@ -89,6 +104,7 @@ def chaos(
         data_dir=data_dir.expanduser() if data_dir else None,
         failover_after_ms=failover_after_ms,
         history_file=history_file,
+        report_file=None if no_report else report_file or default_report_path(out),
     )
     result = asyncio.run(run(settings, lambda text: print(f"chaos: {text}", file=sys.stderr, flush=True)))
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -98,7 +114,10 @@ def chaos(
         for check in result["checks"].values():  # type: ignore[union-attr]
             verdict = "ok" if check["ok"] else "FAILED"
             print(f"{check['name']:<22} {verdict:<7} {json.dumps(check['summary'])[:200]}")
-        print(f"result in {out}")
+        print(
+            f"result in {out}"
+            + ("" if settings.report_file is None else f", report in {settings.report_file}")
+        )
     if result["stopped_early"]:
         print(f"chaos: stopped early: {result['stopped_early']}", file=sys.stderr)
     sys.exit(0 if result["ok"] else 1)
