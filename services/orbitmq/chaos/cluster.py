@@ -23,7 +23,9 @@ from pathlib import Path
 
 import grpc
 
+from orbitmq.chaos.network import CLUSTER_GROUP, Network, free_port
 from orbitmq.local.datadir import RUN_FILE
+from orbitmq.local.ports import SLAVE_PORT_STEP
 from orbitmq.store.disk import used_ratio
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
@@ -74,6 +76,9 @@ class LocalUpCluster:
     store_problems: list[str] = field(default_factory=list)
     """What the stores' consistency check (after the cluster stopped) found: empty when every
     record and queue unit checked out (see :func:`orbitmq.chaos.diskfault.check_stores`)."""
+    network: Network | None = None
+    """Routing through toxiproxy and iptables (network faults): set up on the brokers' ports,
+    chosen here, before local up starts, which then runs under :data:`.CLUSTER_GROUP`."""
     _process: subprocess.Popen[str] | None = field(default=None, repr=False)
     _stores_checked: bool = field(default=False, repr=False)
 
@@ -105,6 +110,12 @@ class LocalUpCluster:
             str(self.failover_after_ms),
             *ports,
         ]
+        as_group: dict[str, object] = {}
+        if self.network is not None:
+            broker_port = free_port(SLAVE_PORT_STEP)  # the master's; its slave's is 10 above
+            self.network.start([broker_port, broker_port + SLAVE_PORT_STEP])
+            args[args.index("--broker-port") + 1] = str(broker_port)
+            as_group = {"group": CLUSTER_GROUP, "extra_groups": []}
         log = (self.data_dir / "local-up.log").open("a")
         self._process = subprocess.Popen(  # noqa: ASYNC220 - its one report line is read in a thread
             [sys.executable, "-m", "orbitmq.cli.main", *args],
@@ -112,6 +123,7 @@ class LocalUpCluster:
             stderr=log,
             text=True,
             env=env,
+            **as_group,  # type: ignore[arg-type]
         )
         assert self._process.stdout is not None
         line = await asyncio.to_thread(self._process.stdout.readline)
@@ -130,6 +142,8 @@ class LocalUpCluster:
     async def stop(self) -> None:
         """Stop local up, check the stores, unmount them (each once, however often called)."""
         await self._stop_local_up()
+        if self.network is not None:
+            self.network.close()
         if self._process is not None and not self._stores_checked:
             from orbitmq.chaos.diskfault import check_stores
 

@@ -22,6 +22,7 @@ from typing import Protocol
 from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster, signal_quietly
 from orbitmq.chaos.diskfault import DISK_FAULTS
 from orbitmq.chaos.history import FaultRecord
+from orbitmq.chaos.network import NETWORK_FAULTS
 from orbitmq.local.restarts import MAX_RESTARTS, RESTART_WINDOW_S
 
 HEAL_WAIT_S = 30.0
@@ -116,4 +117,5 @@ def choose(rng: random.Random, names: list[str], namesrv_kills: list[float], now
 FAULTS: dict[str, Fault] = {
     **{f.name: f for f in (ProcessFault(role, action) for action in Action for role in Role)},
     **DISK_FAULTS,
+    **{f.name: f for f in NETWORK_FAULTS},
 }

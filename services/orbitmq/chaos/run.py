@@ -19,6 +19,7 @@ from orbitmq.chaos.cluster import LocalUpCluster
 from orbitmq.chaos.diskfault import DISK_FAULTS, STORE_MIB
 from orbitmq.chaos.faults import FAULTS, choose
 from orbitmq.chaos.history import FaultRecord, History
+from orbitmq.chaos.network import Network, uses_network
 from orbitmq.chaos.report import write_report
 from orbitmq.chaos.workloads import Workload, drain
 
@@ -70,7 +71,8 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
 
     history = History()
     store_mib = STORE_MIB if set(settings.faults) & set(DISK_FAULTS) else None  # a disk it can fill
-    cluster = LocalUpCluster(data_dir, settings.failover_after_ms, store_mib=store_mib)
+    network = Network(data_dir) if uses_network(settings.faults) else None  # toxiproxy, iptables
+    cluster = LocalUpCluster(data_dir, settings.failover_after_ms, store_mib=store_mib, network=network)
     await cluster.start()
     progress(f"cluster up (name server {cluster.namesrv}, data in {data_dir})")
     rounds = _Rounds(
