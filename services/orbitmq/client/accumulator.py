@@ -49,13 +49,13 @@ import random
 import sys
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import grpc
 
 from orbitmq.client.message import SendResult, SendStatus
-from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
+from orbitmq.client.retry import Failure, SendFailed, SendRetryPolicy, classify
 from orbitmq.client.send_wire import with_born_host
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.tasks import TaskSet
@@ -102,7 +102,7 @@ P = TypeVar("P", bound=Pending[Any])
 class PendingSend(Pending[SendResult]):
     """One send waiting in a lane, or in a call: its future and the state its retries need."""
 
-    __slots__ = ("attempts", "born_host", "framed", "msg_id", "policy", "started")
+    __slots__ = ("attempts", "born_host", "framed", "msg_id", "policy", "refused", "started")
 
     framed: bytes
     """The message as field 4 of a ``SendMessageRequest`` (tag, length, ``Message``)."""
@@ -113,6 +113,9 @@ class PendingSend(Pending[SendResult]):
     started: float
     """``time.perf_counter()`` when the send was called: its budget runs from there."""
     attempts: int
+    refused: frozenset[str]
+    """Broker groups that refused it for a reason of their own (a full disk): a round-robin
+    send goes to another (:data:`orbitmq.client.retry.MOVING_REASONS`), and fails once all have."""
 
 
 class Carrier(Protocol):
@@ -124,7 +127,9 @@ class Carrier(Protocol):
         self, topic: str, stale: list[WriteQueue] | None
     ) -> list[WriteQueue] | None: ...
 
-    def _lane_target(self, topic: str, queues: list[WriteQueue], queue: WriteQueue | None) -> WriteQueue: ...
+    def _lane_target(
+        self, topic: str, queues: list[WriteQueue], queue: WriteQueue | None, avoid: Collection[str] = ()
+    ) -> WriteQueue: ...
 
     async def _carry(
         self, target: WriteQueue, topic: str, data: bytes, timeout_s: float
@@ -304,7 +309,8 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
             pending.attempts += 1
         try:
             queues = await carrier._route(topic)
-            target = carrier._lane_target(topic, queues, queue)
+            avoid = frozenset().union(*(p.refused for p in batch))
+            target = carrier._lane_target(topic, queues, queue, avoid)
             data = _request(carrier, topic, target.queue_id, batch)
             started = time.perf_counter()
             reply = await carrier._carry(target, topic, data, timeout_s)
@@ -329,6 +335,9 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
         if name is not None and failure.retriable:
             self._carrier._record_latency(name, 0, failed=True)
         now = time.perf_counter()
+        if failure.moves and name is not None and queues is not None and lane.detail[1] is None:
+            self._move_on(lane, batch, failure, target, queues)
+            return
         if not failure.retriable:
             if len(batch) > 1 and not isinstance(error, TlsError):
                 # Whose message was it? Each goes again alone, in order. (A refused TLS
@@ -373,6 +382,39 @@ class SendAccumulator(Lanes[SendLaneKey, PendingSend]):
         await asyncio.sleep(pause_ms / 1000)
         await self._carrier._refresh_quietly(topic, queues)
         lane.waiting.extendleft(reversed(survivors))
+
+    def _move_on(
+        self,
+        lane: Lane[SendLaneKey, PendingSend],
+        batch: list[PendingSend],
+        failure: Failure,
+        target: WriteQueue,
+        queues: list[WriteQueue],
+    ) -> None:
+        """A round-robin call its broker refused for a reason of its own (a full disk): each
+        message goes again at once, to a broker group that has not refused it, or fails when
+        every group of the route has (see :mod:`orbitmq.client.retry`)."""
+        topic, name = lane.detail[0], target.broker_name
+        self._carrier._record_latency(name, 0, failed=True)  # other sends keep off it a while
+        now = time.perf_counter()
+        again: list[PendingSend] = []
+        for pending in batch:
+            pending.refused = pending.refused | {name}
+            if all(q.broker_name in pending.refused for q in queues):
+                spent = now - pending.started
+                _fail(pending, SendFailed(topic, name, target.address, failure, spent, pending.attempts))
+            else:
+                again.append(pending)
+        if again:
+            log.info(
+                "send of %d message(s) to topic %s refused by broker %s (%s: %s); trying another broker",
+                len(again),
+                topic,
+                name,
+                failure.label,
+                failure.detail,
+            )
+            lane.waiting.extendleft(reversed(again))
 
 
 def _request(carrier: Carrier, topic: str, queue_id: int, batch: list[PendingSend]) -> bytes:

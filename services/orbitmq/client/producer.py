@@ -27,7 +27,7 @@ import random
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import grpc
@@ -259,7 +259,10 @@ class Producer:
 
     # -- sending -------------------------------------------------------------------------------
 
-    def _choose(self, topic: str, queues: list[WriteQueue], avoid: str | None) -> WriteQueue:
+    def _choose(self, topic: str, queues: list[WriteQueue], avoid: Collection[str] = ()) -> WriteQueue:
+        """The next queue round robin: on a broker not in ``avoid`` (it just failed or refused
+        this send) and not set aside by fault avoidance; else one merely not in ``avoid``
+        (RocketMQ's fallback: any queue not on the last failed broker); else the next."""
         if topic not in self._round_robin:
             # A random start per producer and topic (RocketMQ's ThreadLocalIndex): starting at
             # queue 0 put every short-lived producer's messages (``produce --count 1``, each
@@ -269,6 +272,11 @@ class Producer:
         for step in range(len(queues)):
             queue = queues[(start + step) % len(queues)]
             if queue.broker_name != avoid and self._faults.available(queue.broker_name):
+                self._round_robin[topic] = start + step
+                return queue
+        for step in range(len(queues)):
+            queue = queues[(start + step) % len(queues)]
+            if queue.broker_name not in avoid:
                 self._round_robin[topic] = start + step
                 return queue
         self._round_robin[topic] = start
@@ -315,6 +323,7 @@ class Producer:
         pending.policy = self.retry.with_budget(timeout_ms)
         pending.started = started
         pending.attempts = 0
+        pending.refused = frozenset()
         pending.alone = False
         return pending
 
@@ -433,6 +442,8 @@ class Producer:
         started = time.perf_counter()
         queues = self._routes.get(topic)
         target: WriteQueue | None = None
+        refused: set[str] = set()
+        """Broker groups that refused this send for a reason of their own (a full disk)."""
         attempt = 0
         while True:
             attempt += 1
@@ -440,10 +451,13 @@ class Producer:
             try:
                 if queues is None:
                     queues = await self.write_queues(topic)
-                target = self._target(topic, queues, sharding_key, queue, target, attempt)
+                target = self._target(topic, queues, sharding_key, queue, target, attempt, refused)
                 attempt_started = time.perf_counter()
                 reply = await self._send_to(target, request, policy.attempt_timeout_s(elapsed_ms))
             except (grpc.aio.AioRpcError, RpcFailure) as error:
+                pinned = sharding_key is not None or queue is not None
+                if not pinned and self._moves_on(error, topic, target, queues, refused):
+                    continue
                 pause_ms = self._pause_after(error, topic, target, policy, attempt, started)
                 await asyncio.sleep(pause_ms / 1000)
                 queues = await self._refresh_quietly(topic, queues)
@@ -460,6 +474,33 @@ class Producer:
                 transaction_id=reply.transaction_id,
                 commit_log_offset=reply.commit_log_offset,
             )
+
+    def _moves_on(
+        self,
+        error: grpc.aio.AioRpcError | RpcFailure,
+        topic: str,
+        target: WriteQueue | None,
+        queues: list[WriteQueue] | None,
+        refused: set[str],
+    ) -> bool:
+        """Whether a send ``target``'s broker refused for a reason of its own (``DISK_FULL``)
+        goes on to another broker group of the route now (one that has not refused it yet);
+        notes the refusal in ``refused`` and sets the broker aside for other sends too."""
+        failure = classify(error)
+        if not failure.moves or target is None or queues is None:
+            return False
+        refused.add(target.broker_name)
+        self._faults.record(target.broker_name, 0, failed=True)
+        if all(q.broker_name in refused for q in queues):
+            return False
+        log.info(
+            "send to topic %s refused by broker %s (%s: %s); trying another broker",
+            topic,
+            target.broker_name,
+            failure.label,
+            failure.detail,
+        )
+        return True
 
     def _pause_after(
         self,
@@ -501,9 +542,11 @@ class Producer:
         queue: WriteQueue | None,
         failed: WriteQueue | None,
         attempt: int,
+        refused: Collection[str] = (),
     ) -> WriteQueue:
         """The queue of this attempt: the named queue (on its broker's current master), the
-        sharding key's, or round robin avoiding the broker that just failed."""
+        sharding key's, or round robin avoiding the broker that just failed and those that
+        ``refused`` the send."""
         if queue is not None:
             if attempt == 1:
                 return queue
@@ -511,7 +554,7 @@ class Producer:
             return next(same, queue)
         if sharding_key is not None:
             return queues[sharding_queue(sharding_key, len(queues))]
-        return self._choose(topic, queues, failed.broker_name if failed else None)
+        return self._choose(topic, queues, {*refused, *([failed.broker_name] if failed else [])})
 
     async def _send_to(
         self, target: WriteQueue, request: broker_pb2.SendMessageRequest, timeout_s: float
@@ -533,10 +576,13 @@ class Producer:
         queues = self._routes.get(topic)
         return queues if queues is not None else await self.write_queues(topic)
 
-    def _lane_target(self, topic: str, queues: list[WriteQueue], queue: WriteQueue | None) -> WriteQueue:
-        """Round robin for a topic's lane; an ordered lane's queue on its broker's current master."""
+    def _lane_target(
+        self, topic: str, queues: list[WriteQueue], queue: WriteQueue | None, avoid: Collection[str] = ()
+    ) -> WriteQueue:
+        """Round robin for a topic's lane (not on a broker in ``avoid``: one that refused a
+        message of the call); an ordered lane's queue on its broker's current master."""
         if queue is None:
-            return self._choose(topic, queues, None)
+            return self._choose(topic, queues, avoid)
         same = (q for q in queues if q.broker_name == queue.broker_name and q.queue_id == queue.queue_id)
         return next(same, queue)
 

@@ -16,6 +16,15 @@ shutting down (``UNAVAILABLE``, which also carries ``SERVICE_NOT_AVAILABLE``), a
 timed out (``DEADLINE_EXCEEDED``), and a broker that is no longer master (``SLAVE_READ_ONLY``).
 Everything else (a bad message, a missing permission) fails at once: it would fail the same way.
 
+What goes to another broker group at once (:data:`MOVING_REASONS`): a broker's refusal for a
+reason of its own, ``DISK_FULL``. RocketMQ's broker answers a full disk with SERVICE_NOT_AVAILABLE
+("the broker's disk is full"), one of the producer's ``retryResponseCodes``, and the retry picks a
+queue on another broker; so here a send not bound to its queue tries each broker group of the
+route once, and fails at once (``DISK_FULL``, not retriable: nothing was stored) when every group
+refused it, rather than waiting out its budget on a disk an operator has to free. A send with a
+sharding key or an explicit queue is never moved (RocketMQ's selector sends are not retried
+either): it fails at once.
+
 What is *not* retried: a SYNC_MASTER's ``FLUSH_SLAVE_TIMEOUT`` and ``SLAVE_NOT_AVAILABLE``. They
 are send statuses, not errors: the master has stored the message and only its copy on a slave is
 missing, so sending again would store it twice. The caller gets the result with that status
@@ -37,6 +46,8 @@ from orbitmq.v1.broker_pb2 import ErrorReason
 
 RETRIABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 RETRIABLE_REASONS = frozenset({ErrorReason.SERVICE_NOT_AVAILABLE, ErrorReason.SLAVE_READ_ONLY})
+MOVING_REASONS = frozenset({ErrorReason.DISK_FULL})
+"""Refusals that say nothing of other broker groups: tried on another one at once (see above)."""
 MIN_ATTEMPT_MS = 100
 """No retry starts with less of the budget left than this: it could not get an answer."""
 
@@ -95,6 +106,8 @@ class Failure:
     detail: str
     """One line saying what happened (the broker's message, or the transport's last words)."""
     retriable: bool
+    moves: bool = False
+    """Another broker group may take what this one refused (:data:`MOVING_REASONS`)."""
 
 
 def classify(error: BaseException) -> Failure:
@@ -115,7 +128,8 @@ def classify(error: BaseException) -> Failure:
 
 def _of_rpc_failure(failure: RpcFailure, transport_retriable: bool) -> Failure:
     retriable = transport_retriable or failure.reason in RETRIABLE_REASONS
-    return Failure(failure.reason, failure.reason_name, _one_line(failure.message), retriable)
+    moves = not retriable and failure.reason in MOVING_REASONS
+    return Failure(failure.reason, failure.reason_name, _one_line(failure.message), retriable, moves)
 
 
 def _last_words(details: str) -> str:

@@ -51,18 +51,20 @@ def test_settings_must_be_positive() -> None:
 
 
 @pytest.mark.parametrize(
-    ("reason", "retriable"),
+    ("reason", "retriable", "moves"),
     [
-        (ErrorReason.SERVICE_NOT_AVAILABLE, True),
-        (ErrorReason.SLAVE_READ_ONLY, True),
-        (ErrorReason.MESSAGE_ILLEGAL, False),
-        (ErrorReason.NO_PERMISSION, False),
-        (ErrorReason.TOPIC_NOT_EXIST, False),
+        (ErrorReason.SERVICE_NOT_AVAILABLE, True, False),
+        (ErrorReason.SLAVE_READ_ONLY, True, False),
+        (ErrorReason.DISK_FULL, False, True),  # at once to another broker group, never waited on
+        (ErrorReason.MESSAGE_ILLEGAL, False, False),
+        (ErrorReason.NO_PERMISSION, False, False),
+        (ErrorReason.TOPIC_NOT_EXIST, False, False),
     ],
 )
-def test_reasons_that_are_retried(reason: int, retriable: bool) -> None:
+def test_reasons_that_are_retried(reason: int, retriable: bool, moves: bool) -> None:
     failure = classify(RpcFailure(reason, "broker said\nso"))
     assert failure.retriable is retriable and failure.detail == "broker said so"
+    assert failure.moves is moves
 
 
 def test_final_error_is_one_line_naming_topic_broker_and_reason() -> None:
