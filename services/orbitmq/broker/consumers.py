@@ -44,7 +44,13 @@ class ClientInfo:
     address: str
     last_heartbeat_ms: int
     consumers: dict[str, broker_pb2.ConsumerData] = field(default_factory=dict)
-    producers: set[str] = field(default_factory=set)
+    producers: dict[str, int] = field(default_factory=dict)
+    """Producer group -> when a heartbeat last named it (ms). Several producers of one process
+    share its client id (``host@pid``, RocketMQ's clientId) and heartbeat on their own, each
+    naming its group only: a group stays until it is unregistered or unnamed for the expiry,
+    as RocketMQ's ProducerManager keeps each group's channel (a heartbeat that replaced the set
+    left a TransactionProducer beside a plain Producer unknown to the broker half the time, and
+    its check-backs unsent until the half messages were discarded)."""
 
 
 class Session:
@@ -91,7 +97,9 @@ class ClientRegistry:
             info = self._clients[client_id] = ClientInfo(client_id, address, 0)
         info.last_heartbeat_ms = self._clock.now_ms()
         info.address = address
-        info.producers = set(producers)
+        now = info.last_heartbeat_ms
+        info.producers = {g: t for g, t in info.producers.items() if now - t < self._expiry_ms}
+        info.producers.update(dict.fromkeys(producers, now))
         before = set(info.consumers)
         info.consumers = {data.group: data for data in consumers}
         after = set(info.consumers)
@@ -103,7 +111,7 @@ class ClientRegistry:
         info = self._clients.get(client_id)
         if info is None:
             return set()
-        info.producers.discard(producer_group)
+        info.producers.pop(producer_group, None)
         changed = {consumer_group} if info.consumers.pop(consumer_group, None) is not None else set()
         self._count(changed, MembershipChange.LEFT)
         if not info.producers and not info.consumers:
