@@ -43,7 +43,12 @@ class Timeline:
 class FaultSpan:
     start: float
     end: float
-    label: str
+    round: int
+    fault: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.round} {self.fault}"
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
@@ -98,7 +103,7 @@ def fault_spans(faults: Iterable[FaultRecord]) -> list[FaultSpan]:
     for fault in faults:
         end = fault.healed_at if fault.healed_at is not None else fault.round_ended_at
         end = max(end or fault.injected_at, fault.injected_at + MIN_SPAN_S)
-        spans.append(FaultSpan(fault.injected_at, end, f"{fault.round} {fault.fault}"))
+        spans.append(FaultSpan(fault.injected_at, end, fault.round, fault.fault))
     return spans
 
 

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from orbitmq.chaos import plots
 from orbitmq.chaos.checkers import CHECKERS
 from orbitmq.chaos.history import Delivery, FaultRecord, History, Outcome, Send
 from orbitmq.chaos.report import (
     FaultSpan,
+    Timeline,
     default_report_path,
     fault_spans,
     p99_per_second,
@@ -77,11 +79,30 @@ def test_per_second_bins_and_p99() -> None:
     assert line.p99_ms[0] == pytest.approx(10.0) and line.p99_ms[7] == pytest.approx(2000.0)
     assert line.p99_ms[12] == pytest.approx(3500.0)  # the timed-out attempt counts: a producer waited
     assert fault_spans(_history().faults) == [
-        FaultSpan(5.0, 6.0, "1 kill-master"),
-        FaultSpan(14.0, 14.3, "2 pause-slave"),  # never healed: to the round's end, at least 0.3 s
+        FaultSpan(5.0, 6.0, 1, "kill-master"),
+        FaultSpan(14.0, 14.3, 2, "pause-slave"),  # never healed: to the round's end, at least 0.3 s
     ]
     assert default_report_path(Path("out/chaos-result.json")) == Path("out/chaos-result.html")
     assert default_report_path(Path("r.html")) == Path("r.html.html")
+
+
+def test_past_sixty_faults_spans_and_bars_are_labelled_by_round() -> None:
+    """Sixty names fit on the axis; more would overlap, so the faults table names them."""
+    line = Timeline([10] * 130, [10] * 130, [5.0] * 130)
+    spans = [FaultSpan(2.0 * n, 2.0 * n + 1, n + 1, "kill-slave") for n in range(61)]
+    rows: list[dict[str, object]] = [
+        {"round": s.round, "fault": s.fault, "writes_s": 1.0, "caught_up_s": None} for s in spans
+    ]
+    assert "60 kill-slave" in _svg_texts(plots.timeline_svg(line, spans[:60]))
+    assert "60 kill-slave" in _svg_texts(plots.recovery_svg(rows[:60]))
+    for svg in (plots.timeline_svg(line, spans), plots.recovery_svg(rows)):
+        texts = _svg_texts(svg)
+        assert "61" in texts and not any("kill-slave" in text for text in texts)
+    assert "never" in _svg_texts(plots.recovery_svg(rows[:1]))  # no caught-up time: marked
+
+
+def _svg_texts(svg: str) -> set[str]:
+    return set(re.findall(r"<text[^>]*>([^<]*)</text>", svg))
 
 
 @needs_chromium
