@@ -159,26 +159,47 @@ def check_unacknowledged(history: History) -> Check:
     )
 
 
+GATEWAY_SCOPES: dict[str, tuple[set[str] | None, str]] = {
+    "proxy": (None, "ChaosPop"),
+    "sidecar": ({"sidecar"}, "ChaosSidecar"),
+}
+"""A gateway fault's recovery is its own clients': writes through it (the sidecar app's sends;
+the proxy's clients only read, so any write) and deliveries to its group (the POP consumers',
+the sidecar app's) of what that group reads (:data:`GATEWAY_READS`)."""
+GATEWAY_READS = {"sync", "batch", "sidecar"}
+"""The workloads of the topic the POP group and the sidecar's group read."""
+
+
 def recovery(history: History) -> list[dict[str, object]]:
     """Per fault: seconds from the fault to the first acknowledged write started after it, and to
     the moment every message acknowledged from the fault to then had been delivered (consumers
     caught up). Earlier acknowledgements are the loss checker's: one message never delivered
-    must not leave every later fault without a recovery time."""
-    first_delivery: dict[str, float] = {}
+    must not leave every later fault without a recovery time. A fault of the proxy or the
+    sidecar counts its own clients' writes and deliveries (:data:`GATEWAY_SCOPES`)."""
+    first_delivery: dict[tuple[str | None, str], float] = {}
     for delivery in history.deliveries:
-        first_delivery.setdefault(delivery.message_id, delivery.at)
+        first_delivery.setdefault((None, delivery.message_id), delivery.at)
+        first_delivery.setdefault((delivery.group, delivery.message_id), delivery.at)
     acked_sends = sorted(
         (s for s in history.sends if s.outcome is Outcome.ACKNOWLEDGED), key=lambda s: s.ended
     )
     rows: list[dict[str, object]] = []
     for fault in history.faults:
-        writes = next((s.ended for s in acked_sends if s.started >= fault.injected_at), None)
+        writers, group = GATEWAY_SCOPES.get(fault.target, (None, None))
+        writes = next(
+            (
+                s.ended
+                for s in acked_sends
+                if s.started >= fault.injected_at and (writers is None or s.workload in writers)
+            ),
+            None,
+        )
         caught_up: float | None = None
         if writes is not None:  # what was acknowledged from the fault to the recovered write
             due = [
-                first_delivery.get(s.message_id)
+                first_delivery.get((group, s.message_id))
                 for s in acked_sends
-                if fault.injected_at <= s.ended <= writes
+                if fault.injected_at <= s.ended <= writes and (group is None or s.workload in GATEWAY_READS)
             ]
             if due and all(at is not None for at in due):
                 caught_up = max(fault.injected_at, *(at for at in due if at is not None))
@@ -215,6 +236,83 @@ def check_recovery(history: History) -> Check:
     )
 
 
+def missing_per_group(history: History) -> dict[str, set[str]]:
+    """Per live group, the acknowledged messages it has not been delivered, of every workload
+    it was delivered any message of (a group reads whole topics: the POP group and the sidecar's
+    read what the push group on the same topic reads, and each must get all of it)."""
+    workload_of = {s.message_id: s.workload for s in history.sends}
+    acked_by_workload: dict[str, set[str]] = defaultdict(set)
+    for send in history.sends:
+        if send.outcome is Outcome.ACKNOWLEDGED:
+            acked_by_workload[send.workload].add(send.message_id)
+    delivered: dict[str, set[str]] = defaultdict(set)
+    for delivery in history.deliveries:
+        delivered[delivery.group].add(delivery.message_id)
+    missing: dict[str, set[str]] = {}
+    for group, ids in delivered.items():
+        workloads = {workload_of[m] for m in ids if m in workload_of}
+        expected = set().union(*(acked_by_workload[w] for w in workloads))
+        missing[group] = expected - ids
+    return missing
+
+
+def check_groups(history: History) -> Check:
+    """Every live group got every acknowledged message of the workloads it reads (the loss
+    checker asks only that some group did)."""
+    missing = missing_per_group(history)
+    violations = [
+        {"group": group, "message_id": m}
+        for group, ids in sorted(missing.items())
+        for m in sorted(ids)[:MAX_LISTED]
+    ]
+    return Check(
+        "groups",
+        not any(missing.values()),
+        {group: {"missing": len(ids)} for group, ids in sorted(missing.items())},
+        violations[:MAX_LISTED],
+    )
+
+
+def check_transactions(history: History) -> Check:
+    """All or nothing: every transaction decided to commit whose half message was acknowledged
+    was delivered live and is in the final read (whether its EndTransaction arrived or a
+    check-back settled it), and no transaction decided to roll back was ever delivered or
+    stored. Counts the check-backs: ``ends_lost`` are transactions whose local transaction
+    answered definitely and were checked back anyway (the end lost in a fault, or late)."""
+    txs = history.transactions
+    live = {d.message_id for d in history.deliveries}
+    drained = [d for d in history.drained if d.message_id.startswith("t")]
+    stored = {d.message_id for d in drained}
+    committed = {t.message_id for t in txs if t.commit and t.half == Outcome.ACKNOWLEDGED.value}
+    rolled_back = {t.message_id for t in txs if not t.commit}
+    missing_live, missing_stored = sorted(committed - live), sorted(committed - stored)
+    visible_rollbacks = sorted(rolled_back & (live | stored))
+    violations: list[dict[str, object]] = [
+        {"message_id": m, "rolled_back_but": "delivered"} for m in visible_rollbacks
+    ]
+    violations += [{"message_id": m, "committed_but_missing_from": "live consumers"} for m in missing_live]
+    violations += [{"message_id": m, "committed_but_missing_from": "final drain"} for m in missing_stored]
+    copies = {(d.message_id, d.queue_id, d.queue_offset) for d in drained}
+    return Check(
+        "transactions",
+        not violations and history.drain_complete,
+        {
+            "transactions": len(txs),
+            "committed": len(committed),
+            "rolled_back": len(rolled_back),
+            "local_unknown": sum(t.local == "unknown" for t in txs),
+            "checked_back": sum(t.checks > 0 for t in txs),
+            "ends_lost": sum(t.checks > 0 and t.local != "unknown" for t in txs),
+            "half_not_acknowledged": sum(t.half != Outcome.ACKNOWLEDGED.value for t in txs),
+            "committed_missing_live": len(missing_live),
+            "committed_missing_stored": len(missing_stored),
+            "rolled_back_visible": len(visible_rollbacks),
+            "stored_twice": len(copies) - len(stored),
+        },
+        violations[:MAX_LISTED],
+    )
+
+
 def _p99(values: list[float]) -> float | None:
     if not values:
         return None
@@ -227,4 +325,6 @@ CHECKERS: dict[str, Callable[[History], Check]] = {
     "duplicates": check_duplicates,
     "unacknowledged": check_unacknowledged,
     "recovery": check_recovery,
+    "transactions": check_transactions,
+    "groups": check_groups,
 }

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +31,15 @@ from orbitmq.store.disk import used_ratio
 from orbitmq.v1 import broker_pb2, broker_pb2_grpc
 
 NAMESRV = "namesrv"
-BROKER_ENV = {"ORBITMQ_BROKER_FLUSH_MODE": "SYNC_FLUSH"}
+BROKER_ENV = {
+    "ORBITMQ_BROKER_FLUSH_MODE": "SYNC_FLUSH",
+    "ORBITMQ_BROKER_TRANSACTION_TIMEOUT_MS": "1000",
+    "ORBITMQ_BROKER_TRANSACTION_CHECK_INTERVAL_MS": "1000",
+}
 """Local up's brokers inherit its environment: SYNC_FLUSH (an acknowledgement waits for the
-fsync) with the SYNC_MASTER local up gives a group with slaves."""
+fsync) with the SYNC_MASTER local up gives a group with slaves; half messages checked back after
+a second unresolved, every second (RocketMQ's 6 s and 60 s would leave a round's lost
+EndTransaction unresolved until long after the round)."""
 STOP_TIMEOUT_S = 30.0
 STORE_DIRS = ("broker-a", "broker-a-s1")
 """The brokers' store directories under the data directory (local up's layout, ``datadir``)."""
@@ -64,6 +71,8 @@ class LocalUpCluster:
     namesrv: str = ""
     brokers: dict[str, str] = field(default_factory=dict)
     """Component name -> gRPC address (addresses stay across restarts and failovers)."""
+    gateway_pids: Callable[[], dict[str, int]] = field(default=dict, repr=False)
+    """The live proxy's and sidecar's PIDs (the harness runs them: :mod:`.gateways`)."""
     metrics: dict[str, str] = field(default_factory=dict)
     """Component name -> its metrics URL (``http://host:port/metrics``)."""
     store_mib: int | None = None
@@ -215,12 +224,12 @@ class LocalUpCluster:
         ]
 
     def pids(self) -> dict[str, int]:
-        """Component name -> PID of its current process (local up's run file)."""
+        """Component name -> PID of its current process (local up's run file, and the gateways)."""
         try:
             run = json.loads((self.data_dir / RUN_FILE).read_text())
         except (OSError, ValueError):
-            return {}
-        return {name: int(pid) for name, pid in run.get("components", {}).items()}
+            run = {}
+        return {name: int(pid) for name, pid in run.get("components", {}).items()} | self.gateway_pids()
 
     async def views(self) -> list[BrokerView]:
         async def one(name: str, address: str) -> BrokerView:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster, signal_quietly
 from orbitmq.chaos.diskfault import DISK_FAULTS
+from orbitmq.chaos.gateways import PROXY, SIDECAR
 from orbitmq.chaos.history import FaultRecord
 from orbitmq.chaos.network import NETWORK_FAULTS
 from orbitmq.local.restarts import MAX_RESTARTS, RESTART_WINDOW_S
@@ -50,6 +51,13 @@ class Role(Enum):
     MASTER = "master"
     SLAVE = "slave"
     NAMESRV = "namesrv"
+    PROXY = PROXY
+    SIDECAR = SIDECAR
+
+
+NEEDS = {Role.PROXY: "pop", Role.SIDECAR: "sidecar"}
+"""The workload that runs (and uses) a role's process: the harness starts the proxy for the POP
+consumers and the sidecar for its application (:mod:`.gateways`), and restarts them itself."""
 
 
 class Action(Enum):
@@ -66,6 +74,11 @@ class ProcessFault:
     def name(self) -> str:
         return f"{self.action.value}-{self.role.value}"
 
+    @property
+    def needs(self) -> str | None:
+        """The workload without which this fault has no process to break (None: any)."""
+        return NEEDS.get(self.role)
+
     async def inject(
         self,
         cluster: LocalUpCluster,
@@ -76,7 +89,9 @@ class ProcessFault:
     ) -> FaultRecord:
         """Break ``pair``'s (master, slave) member or the name server; returns when it healed
         (paused process continued, killed process replaced) or :data:`HEAL_WAIT_S` passed."""
-        target = {Role.MASTER: pair[0], Role.SLAVE: pair[1], Role.NAMESRV: NAMESRV}[self.role]
+        target = {Role.MASTER: pair[0], Role.SLAVE: pair[1], Role.NAMESRV: NAMESRV}.get(
+            self.role, self.role.value
+        )
         pid = cluster.pids().get(target, 0)
         record = FaultRecord(round_no, self.name, target, pid, clock())
         if not pid:
@@ -119,3 +134,9 @@ FAULTS: dict[str, Fault] = {
     **DISK_FAULTS,
     **{f.name: f for f in NETWORK_FAULTS},
 }
+
+
+def faults_for(workloads: list[str] | tuple[str, ...]) -> list[str]:
+    """The faults a run of ``workloads`` can inject: a fault of the proxy or the sidecar only
+    when a workload runs it (other faults name no ``needs``: always)."""
+    return sorted(n for n, f in FAULTS.items() if getattr(f, "needs", None) in (None, *workloads))

@@ -65,6 +65,23 @@ class FaultRecord:
     note: str = ""
 
 
+@dataclass(slots=True)
+class Transaction:
+    """A transactional send (its half message is the :class:`Send` of the same id)."""
+
+    message_id: str
+    commit: bool
+    """The application's decision, fixed before the half is sent: what the local transaction
+    answers (unless it answers UNKNOWN) and every check-back is answered."""
+    local: str
+    """What the local transaction answered: ``commit``, ``rollback`` or ``unknown`` (the
+    check-back decides)."""
+    half: str = ""
+    """The half message's send :class:`Outcome` (its value)."""
+    checks: int = 0
+    """Check-backs the broker sent about it (answered with the decision)."""
+
+
 @dataclass
 class History:
     sends: list[Send] = field(default_factory=list)
@@ -73,6 +90,7 @@ class History:
     drained: list[Delivery] = field(default_factory=list)
     """What a fresh group read from the first offset after the last fault: the stored state."""
     faults: list[FaultRecord] = field(default_factory=list)
+    transactions: list[Transaction] = field(default_factory=list)
     drain_complete: bool = True
     """False when the final drain stopped at its deadline short of the brokers' max offsets."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -101,6 +119,7 @@ class History:
                     "deliveries": [asdict(d) for d in self.deliveries],
                     "drained": [asdict(d) for d in self.drained],
                     "faults": [asdict(f) for f in self.faults],
+                    "transactions": [asdict(t) for t in self.transactions],
                     "drain_complete": self.drain_complete,
                 }
             )
@@ -114,5 +133,6 @@ class History:
             deliveries=[Delivery(**d) for d in data["deliveries"]],
             drained=[Delivery(**d) for d in data["drained"]],
             faults=[FaultRecord(**f) for f in data["faults"]],
+            transactions=[Transaction(**t) for t in data.get("transactions", [])],
             drain_complete=data["drain_complete"],
         )

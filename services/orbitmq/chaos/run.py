@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orbitmq.chaos.checkers import CHECKERS, Check
+from orbitmq.chaos.checkers import CHECKERS, Check, missing_per_group
 from orbitmq.chaos.cluster import LocalUpCluster
 from orbitmq.chaos.diskfault import DISK_FAULTS, STORE_MIB
-from orbitmq.chaos.faults import FAULTS, choose
+from orbitmq.chaos.faults import FAULTS, choose, faults_for
 from orbitmq.chaos.history import FaultRecord, History
 from orbitmq.chaos.network import Network, uses_network
 from orbitmq.chaos.report import write_report
-from orbitmq.chaos.workloads import Workload, drain
+from orbitmq.chaos.workloads import WORKLOADS, Workload, drain
 
 HEALTHY_WAIT_S = 60.0
 """Longest wait for a caught-up master/slave pair before a round (a round that finds none is
@@ -39,6 +39,9 @@ class RunSettings:
     """Stop starting rounds after this many seconds (with ``rounds``, whichever comes first)."""
     seed: int = 0
     faults: list[str] = field(default_factory=lambda: sorted(FAULTS))
+    workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
+    """What the clients do (:data:`.workloads.WORKLOADS`); a fault needing one (the proxy's
+    ``pop``, the sidecar's ``sidecar``) is refused without it (:func:`.faults.faults_for`)."""
     checkers: list[str] = field(default_factory=lambda: list(CHECKERS))
     data_dir: Path | None = None
     """Where local up keeps its data and log (default: a temporary directory, removed after)."""
@@ -64,6 +67,9 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
         raise ValueError(
             f"unknown faults or checkers {unknown}; faults: {sorted(FAULTS)}, checkers: {list(CHECKERS)}"
         )
+    idle = sorted(set(settings.faults) - set(faults_for(settings.workloads)))
+    if idle:
+        raise ValueError(f"faults {idle} need a workload not chosen (workloads: {settings.workloads})")
     origin = time.monotonic()
 
     def clock() -> float:
@@ -75,9 +81,9 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
     cluster = LocalUpCluster(data_dir, settings.failover_after_ms, store_mib=store_mib, network=network)
     await cluster.start()
     progress(f"cluster up (name server {cluster.namesrv}, data in {data_dir})")
-    rounds = _Rounds(
-        settings, cluster, Workload(cluster.namesrv, history, clock), random.Random(settings.seed), clock
-    )
+    workload = Workload(cluster.namesrv, history, clock, tuple(settings.workloads), settings.seed, data_dir)
+    cluster.gateway_pids = workload.gateway_pids
+    rounds = _Rounds(settings, cluster, workload, random.Random(settings.seed), clock)
     try:
         await rounds.workload.start()
         stopped_early = await rounds.run(progress)
@@ -95,7 +101,7 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
         "store_mounts": [str(p.relative_to(data_dir)) for p in mounted] or cluster.mount_error,
         "store_check": cluster.store_problems,
     }
-    outcome = result(settings, history, checks, stopped_early, clock(), disk)
+    outcome = result(settings, history, checks, stopped_early, clock(), disk, workload.stats())
     if settings.report_file is not None:
         write_report(settings.report_file, outcome, history)
     return outcome
@@ -142,7 +148,8 @@ class _Rounds:
         record = await fault.inject(self.cluster, round_no, pair, self.rng, self.clock)
         self.history.faults.append(record)
         deadline = time.monotonic() + RECOVERY_WAIT_S
-        while not self.workload.acknowledged_after(record.injected_at) and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
+        recovered = self.workload.acknowledged_after
+        while not recovered(record.injected_at, record.target) and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
             await asyncio.sleep(0.1)
         record.round_ended_at = self.clock()
         self.disk_ratios.append(self.cluster.disk_used_ratio())
@@ -156,17 +163,17 @@ class _Rounds:
         await asyncio.sleep(1.0)  # sends in flight at the last fault settle
         await self.workload.stop_sending()
         if self.cluster.exit_reason() is None:
-            await drain(self.cluster.namesrv, self.history, self.clock, DRAIN_WAIT_S)
+            await drain(self.cluster.namesrv, self.history, self.clock, DRAIN_WAIT_S, self.workload.topics)
             await _wait_live_caught_up(self.history, RECOVERY_WAIT_S)
         else:  # nothing to read from: the loss checker must not pass on an empty drain
             self.history.drain_complete = False
 
 
 async def _wait_live_caught_up(history: History, timeout_s: float) -> None:
-    """The live groups consume what was acknowledged before the run is judged."""
-    acked = {s.message_id for s in history.sends if s.outcome.value == "acknowledged"}
+    """The live groups consume what was acknowledged before the run is judged (each group
+    what it reads: :func:`.checkers.missing_per_group`)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not acked <= {d.message_id for d in history.deliveries}:  # noqa: ASYNC110 - listener threads
+    while time.monotonic() < deadline and any(missing_per_group(history).values()):  # noqa: ASYNC110 - listener threads
         await asyncio.sleep(0.5)
 
 
@@ -177,6 +184,7 @@ def result(
     stopped_early: str,
     elapsed_s: float,
     disk: dict[str, object],
+    clients: dict[str, object] | None = None,
 ) -> dict[str, object]:
     return {
         "ok": all(c.ok for c in checks) and not stopped_early and not disk.get("store_check"),
@@ -185,6 +193,7 @@ def result(
             "duration_s": settings.duration_s,
             "seed": settings.seed,
             "faults": settings.faults,
+            "workloads": settings.workloads,
             "cluster": "local up --slaves 1 (SYNC_MASTER, SYNC_FLUSH)",
             "failover_after_ms": settings.failover_after_ms,
         },
@@ -192,5 +201,6 @@ def result(
         "stopped_early": stopped_early,
         "disk": disk,
         "history": history.as_dict(),
+        "clients": clients or {},
         "checks": {c.name: c.as_dict() for c in checks},
     }

@@ -5,8 +5,14 @@
 * ``ordered``: one sender per sharding key, one message at a time, numbered; a send with an
   unknown outcome is sent again with the same number (as an application would), so a key's
   acknowledged numbers are its order;
-and their consumers through the public client: a concurrent push group on the first topic and an
-orderly push group on the ordered topic. A send refused by the broker for a stated, lasting reason
+* ``transaction``: a transactional producer with check-backs (:mod:`.transactions`);
+* ``pop``: simple consumers of the first topic through ``orbitmq proxy`` (:mod:`.pop`);
+* ``sidecar``: an application sending to the first topic and consuming it through
+  ``orbitmq sidecar`` (:mod:`.sidecar_load`); the proxy and the sidecar run under the harness
+  (:mod:`.gateways`);
+and their consumers through the public client: a concurrent push group on the first topic, an
+orderly push group on the ordered topic, a push group on the transactions' topic. A send refused
+by the broker for a stated, lasting reason
 (an :class:`~orbitmq.common.rpc.RpcFailure` that is not retriable: a slave's SLAVE_READ_ONLY,
 DISK_FULL) failed; any other exception is an unknown outcome (the call may have been stored
 before the answer was lost), and so is a non-OK status (with SYNC_MASTER, SLAVE_NOT_AVAILABLE and
@@ -16,13 +22,19 @@ FLUSH_SLAVE_TIMEOUT mean the master has it and a slave may not).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import grpc
 
+from orbitmq.chaos.gateways import PROXY, SIDECAR, Gateways
 from orbitmq.chaos.history import Delivery, History, Outcome, Send
+from orbitmq.chaos.pop import PopConsumers
+from orbitmq.chaos.sidecar_load import SidecarApp
+from orbitmq.chaos.transactions import TX_GROUP, TX_TOPIC, TransactionLoad
 from orbitmq.client import (
     Admin,
     ConsumeFromWhere,
@@ -61,18 +73,27 @@ SETTINGS = ConsumerSettings(
 )
 """Consumer timings shortened so a fault's effects (rebalances, lock renewals, committed
 offsets) play out within a round."""
-GROUPS = {TOPIC: "ChaosConcurrent", ORDERED_TOPIC: "ChaosOrderly"}
+GROUPS = {TOPIC: "ChaosConcurrent", ORDERED_TOPIC: "ChaosOrderly", TX_TOPIC: TX_GROUP}
+WORKLOADS = ("sync", "batch", "ordered", "transaction", "pop", "sidecar")
+TOPIC_OF = {"sync": TOPIC, "batch": TOPIC, "ordered": ORDERED_TOPIC, "transaction": TX_TOPIC}
+"""The push group's topic each producing workload needs (``pop`` and ``sidecar`` read :data:`TOPIC`)."""
+BROKER_NAME = "broker-a"
+"""Local up's broker group (a POP receive names it, as a RocketMQ 5 client takes it from its route)."""
 
 
 def body(message_id: str, key: str | None = None, seq: int | None = None) -> bytes:
     return f"{message_id}|{key or ''}|{'' if seq is None else seq}".encode()
 
 
+def parse(data: bytes) -> tuple[str, str | None, int | None]:
+    """(message id, sharding key, sequence number) of a :func:`body`."""
+    message_id, key, seq = data.decode().split("|")
+    return message_id, key or None, int(seq) if seq else None
+
+
 def delivery(message: StoredMessage, group: str, at: float) -> Delivery:
-    message_id, key, seq = message.body.decode().split("|")
-    return Delivery(
-        message_id, group, at, message.queue_id, message.queue_offset, key or None, int(seq) if seq else None
-    )
+    message_id, key, seq = parse(message.body)
+    return Delivery(message_id, group, at, message.queue_id, message.queue_offset, key, seq)
 
 
 @dataclass
@@ -82,16 +103,51 @@ class Workload:
     namesrv: str
     history: History
     clock: Callable[[], float]
+    workloads: tuple[str, ...] = WORKLOADS
+    seed: int = 0
+    """Seeds the transactions' decisions."""
+    data_dir: Path = Path(".")
+    """Where the gateways' log goes."""
     sending: bool = True
+    gateways: Gateways | None = None
     _consumers: list[PushConsumer] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _latest_acknowledged_start: float = -1.0
+    _transactions: TransactionLoad | None = None
+    _pop: PopConsumers | None = None
+    _sidecar: SidecarApp | None = None
+    _latest_acknowledged_start: dict[str, float] = field(default_factory=dict)
+    """Per workload, the start of its latest acknowledged send."""
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics the chosen workloads use (the final read reads them all)."""
+        wanted = {TOPIC_OF[w] for w in self.workloads if w in TOPIC_OF}
+        if {"pop", "sidecar"} & set(self.workloads):
+            wanted.add(TOPIC)
+        return [t for t in GROUPS if t in wanted]
+
+    def gateway_pids(self) -> dict[str, int]:
+        return self.gateways.pids() if self.gateways is not None else {}
+
+    def stats(self) -> dict[str, object]:
+        """The clients' own counts: failed POP calls, sidecar stream reopenings, gateway restarts."""
+        return {
+            "pop_call_errors": self._pop.errors if self._pop else None,
+            "sidecar_stream_restarts": self._sidecar.stream_restarts if self._sidecar else None,
+            "gateway_restarts": dict(self.gateways.restarts) if self.gateways else {},
+        }
 
     async def start(self) -> None:
+        unknown = sorted(set(self.workloads) - set(WORKLOADS))
+        if unknown:
+            raise ValueError(f"unknown workloads {unknown}; workloads: {list(WORKLOADS)}")
         async with Admin(self.namesrv) as admin:
-            for topic in GROUPS:
+            for topic in self.topics:
                 await admin.create_topic(topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        push_topics = {TOPIC_OF[w] for w in self.workloads if w in TOPIC_OF}
         for topic, group in GROUPS.items():
+            if topic not in push_topics:
+                continue
             consumer = PushConsumer(
                 group,
                 self.namesrv,
@@ -103,6 +159,29 @@ class Workload:
             consumer.subscribe(topic)
             await consumer.start()
             self._consumers.append(consumer)
+        gateways = tuple(g for w, g in (("pop", PROXY), ("sidecar", SIDECAR)) if w in self.workloads)
+        if gateways:
+            self.gateways = Gateways(self.namesrv, self.data_dir, gateways, sidecar_topic=TOPIC)
+            await self.gateways.start()
+        if PROXY in gateways:
+            assert self.gateways is not None
+            self._pop = PopConsumers(
+                self.gateways.address(PROXY), TOPIC, BROKER_NAME, self.history, self.clock, parse
+            )
+            self._pop.start()
+        if SIDECAR in gateways:
+            assert self.gateways is not None
+            self._sidecar = SidecarApp(
+                self.gateways.address(SIDECAR), TOPIC, self.history, self.clock, parse, body
+            )
+            self._sidecar.start()
+            self._tasks.append(asyncio.create_task(self._sidecar.produce(lambda: self.sending, self._record)))
+        if "transaction" in self.workloads:
+            self._transactions = TransactionLoad(self.namesrv, self.history, random.Random(self.seed), body)
+            await self._transactions.open()
+            self._tasks.append(
+                asyncio.create_task(self._transactions.produce(lambda: self.sending, self._record))
+            )
         self._tasks.append(asyncio.create_task(self._produce()))
 
     def _listener(self, group: str, orderly: bool) -> Callable[[list[StoredMessage]], object]:
@@ -115,11 +194,17 @@ class Workload:
         return listen
 
     async def _produce(self) -> None:
+        chosen = set(self.workloads)
+        if not chosen & {"sync", "batch", "ordered"}:
+            return
         async with Producer("ChaosProducer", self.namesrv) as producer:
             await asyncio.gather(
-                *(self._sync_sender(producer, n) for n in range(SYNC_SENDERS)),
-                self._batch_sender(producer),
-                *(self._ordered_sender(producer, k) for k in range(ORDERED_KEYS)),
+                *(self._sync_sender(producer, n) for n in range(SYNC_SENDERS if "sync" in chosen else 0)),
+                *([self._batch_sender(producer)] if "batch" in chosen else []),
+                *(
+                    self._ordered_sender(producer, k)
+                    for k in range(ORDERED_KEYS if "ordered" in chosen else 0)
+                ),
             )
 
     async def _sync_sender(self, producer: Producer, n: int) -> None:
@@ -157,7 +242,11 @@ class Workload:
         call: Awaitable[SendResult],
         key: str | None = None,
         seq: int | None = None,
+        *,
+        kept: bool = True,
     ) -> Outcome:
+        """Await ``call`` and add a :class:`Send` per id to the history (unless not ``kept``:
+        a rolled-back transaction's half, which must never be consumed)."""
         started = self.clock()
         queue_id = queue_offset = -1
         error = ""
@@ -174,8 +263,9 @@ class Workload:
             await asyncio.sleep(0.05)
         ended = self.clock()
         if outcome is Outcome.ACKNOWLEDGED:
-            self._latest_acknowledged_start = max(self._latest_acknowledged_start, started)
-        for n, message_id in enumerate(ids):
+            latest = self._latest_acknowledged_start
+            latest[workload] = max(latest.get(workload, -1.0), started)
+        for n, message_id in enumerate(ids if kept else []):
             offset = queue_offset + n if queue_offset >= 0 else -1
             self.history.sends.append(
                 Send(message_id, workload, started, ended, outcome, queue_id, offset, key, seq, error)
@@ -186,9 +276,13 @@ class Workload:
         self.sending = False
         await asyncio.gather(*self._tasks)
 
-    def acknowledged_after(self, moment: float) -> bool:
-        """Whether a send started at or after ``moment`` was acknowledged (writes recovered)."""
-        return self._latest_acknowledged_start >= moment
+    def acknowledged_after(self, moment: float, target: str = "") -> bool:
+        """Whether a send started at or after ``moment`` was acknowledged (writes recovered):
+        after a fault of the sidecar, one through the sidecar (the other clients never stopped)."""
+        latest = self._latest_acknowledged_start
+        if target == SIDECAR and SIDECAR in self.workloads:
+            return latest.get("sidecar", -1.0) >= moment
+        return max(latest.values(), default=-1.0) >= moment
 
     async def close(self) -> None:
         self.sending = False
@@ -197,6 +291,11 @@ class Workload:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for consumer in self._consumers:
             await consumer.close()
+        for client in (self._pop, self._sidecar, self._transactions):
+            if client is not None:
+                await client.close()
+        if self.gateways is not None:
+            await self.gateways.stop()
 
 
 DRAIN_SETTINGS = replace(SETTINGS, consume_batch=64)
@@ -205,8 +304,10 @@ DRAIN_IDLE_S = 20.0
 """The final read gives up when nothing new arrived for this long (a queue it cannot reach)."""
 
 
-async def drain(namesrv: str, history: History, clock: Callable[[], float], timeout_s: float) -> None:
-    """Read both topics from the first offset with a fresh group into ``history.drained``: what
+async def drain(
+    namesrv: str, history: History, clock: Callable[[], float], timeout_s: float, topics: list[str]
+) -> None:
+    """Read ``topics`` from the first offset with a fresh group into ``history.drained``: what
     the brokers kept. Stops once every acknowledged message is seen and nothing new came for a
     second; else when nothing new came for :data:`DRAIN_IDLE_S` or at ``timeout_s``
     (``drain_complete`` is then False when an acknowledged message is unseen)."""
@@ -226,7 +327,7 @@ async def drain(namesrv: str, history: History, clock: Callable[[], float], time
         settings=DRAIN_SETTINGS,
         consume_from=ConsumeFromWhere.FIRST_OFFSET,
     )
-    for topic in GROUPS:
+    for topic in topics:
         consumer.subscribe(topic)
     await consumer.start()
     try:

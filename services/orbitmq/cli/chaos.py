@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from orbitmq.chaos.checkers import CHECKERS
-from orbitmq.chaos.faults import FAULTS
+from orbitmq.chaos.faults import FAULTS, faults_for
+from orbitmq.chaos.workloads import WORKLOADS
 
 
 @click.command("chaos")
@@ -28,7 +29,16 @@ from orbitmq.chaos.faults import FAULTS
     "faults",
     multiple=True,
     type=click.Choice(sorted(FAULTS)),
-    help="A fault to choose from (repeatable; default: all).",
+    help="A fault to choose from (repeatable; default: all the workloads' own: the proxy's and the "
+    "sidecar's with pop and sidecar).",
+)
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Choice(WORKLOADS),
+    help="What the clients do (repeatable; default: all): sync, batch and ordered sends, "
+    "transactions with check-backs, POP consumers through the proxy, an app through the sidecar.",
 )
 @click.option(
     "--checker",
@@ -76,6 +86,7 @@ def chaos(
     duration_s: float | None,
     seed: int,
     faults: tuple[str, ...],
+    workloads: tuple[str, ...],
     checkers: tuple[str, ...],
     failover_after_ms: int,
     data_dir: Path | None,
@@ -99,7 +110,8 @@ def chaos(
         rounds=rounds,
         duration_s=duration_s,
         seed=seed,
-        faults=list(faults) or sorted(FAULTS),
+        faults=list(faults) or faults_for(list(workloads or WORKLOADS)),
+        workloads=list(workloads or WORKLOADS),
         checkers=list(checkers) or list(CHECKERS),
         data_dir=data_dir.expanduser() if data_dir else None,
         failover_after_ms=failover_after_ms,

@@ -22,6 +22,9 @@ SEED = 34
 actions in three rounds."""
 PROCESS_FAULTS = [f"{a}-{r}" for a in ("kill", "pause") for r in ("master", "namesrv", "slave")]
 """Named, so faults added to the registry later do not change what this seed draws."""
+WORKLOADS = ["sync", "batch", "ordered"]
+"""The client library's senders and push groups (the gateways' and transactions' run in
+``test_chaos_workloads.py``): what this run's figures in the README were measured with."""
 
 
 def test_three_fault_rounds_lose_no_acknowledged_message_and_keep_order(tmp_path: Path) -> None:
@@ -30,6 +33,7 @@ def test_three_fault_rounds_lose_no_acknowledged_message_and_keep_order(tmp_path
     command += ["--seed", str(SEED), "--data-dir", str(tmp_path / "data"), "--out", str(out)]
     command += ["--history", str(history_file), "--json"]
     command += [arg for fault in PROCESS_FAULTS for arg in ("--fault", fault)]
+    command += [arg for workload in WORKLOADS for arg in ("--workload", workload)]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=170)
     log = (tmp_path / "data" / "local-up.log").read_text()
     assert finished.returncode == 0, f"{finished.stdout[-3000:]}\n{finished.stderr[-3000:]}\n{log[-3000:]}"
