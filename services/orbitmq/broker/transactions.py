@@ -66,18 +66,25 @@ class TransactionService:
         self._check_max = check_max
         self._check_interval_s = check_interval_ms / 1000
         self._resolved: set[str] = set()
+        self._ops_read = 0
+        """Op-topic queue offset :meth:`load` has read up to."""
         self.committed = self.rolled_back = self.checks_sent = self.discarded = 0
 
     def load(self) -> None:
-        """Rebuild the set of resolved transactions from the op topic."""
+        """Add the op topic's records not read yet to the set of resolved transactions: at start,
+        and before every check pass, since a slave promoted to master got its master's op records
+        by replication, never through :meth:`end` (a set read once at its start made it check
+        back, and commit again, transactions its old master had resolved since)."""
         queue = self._store.consume_queue(TRANS_OP_HALF_TOPIC, 0)
         if queue is None:
             return
-        for offset in range(queue.min_offset, queue.max_offset):
+        end = queue.max_offset
+        for offset in range(max(self._ops_read, queue.min_offset), end):
             unit = queue.unit_at(offset)
             message = self._store.message_at(unit[0]) if unit else None
             if message is not None:
                 self._resolved.add(message.body.decode())
+        self._ops_read = end
 
     async def end(self, producer_group: str, commit_log_offset: int, resolution: int) -> None:
         """Apply a producer's decision about the half message at ``commit_log_offset``."""
@@ -126,6 +133,7 @@ class TransactionService:
 
     async def check_once(self) -> int:
         """One pass over unresolved half messages; returns how many checks were sent."""
+        self.load()
         queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
         if queue is None:
             return 0

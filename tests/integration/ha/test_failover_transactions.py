@@ -1,0 +1,93 @@
+"""Transactions resolved on a master stay resolved on the slave promoted after it: the new
+master's check-back pass must not ask the producer again about a half message whose commit (an
+op record) reached it by replication, or a COMMIT answer stores the message a second time
+(``orbitmq chaos`` saw 11 committed transactions stored twice across two master kills).
+
+Real brokers in this process; the master is stopped without a word and the slave promoted by
+``ChangeRole``, as the local supervisor does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
+from clusterkit import Cluster, eventually, start_cluster
+
+from orbitmq.client import Admin, Message, StoredMessage, TransactionProducer, TransactionResolution
+from orbitmq.common.topics import TRANS_HALF_TOPIC
+from orbitmq.v1 import broker_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+TOPIC = "FailoverTx"
+FAST_CHECKS = {"transaction_timeout_ms": 200, "transaction_check_interval_ms": 100}
+PASSES_S = 1.5
+"""Fifteen check passes of the promoted slave: time for it to ask about every half it thinks open."""
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    running = await start_cluster(tmp_path, brokers=())
+    yield running
+    await running.close()
+
+
+def half_records(running_broker: object) -> int:
+    """Records in the half topic's queue: each check-back appends the half again first."""
+    queue = running_broker.store.consume_queue(TRANS_HALF_TOPIC, 0)  # type: ignore[attr-defined]
+    return 0 if queue is None else queue.max_offset
+
+
+async def test_a_promoted_slave_does_not_check_back_transactions_its_master_resolved(
+    cluster: Cluster,
+) -> None:
+    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **FAST_CHECKS)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    await cluster.start_broker(
+        "a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **FAST_CHECKS
+    )
+    master = cluster.brokers["a-master"].broker
+    slave = cluster.brokers["a-slave"].broker
+
+    asked: list[StoredMessage] = []
+
+    def check(message: StoredMessage) -> TransactionResolution:
+        asked.append(message)
+        return TransactionResolution.COMMIT
+
+    async with TransactionProducer(
+        "FailoverTxProducer",
+        cluster.address,
+        local_transaction=lambda message, arg: TransactionResolution.COMMIT,
+        check=check,
+        heartbeat_ms=200,
+    ) as producer:
+        for i in range(3):
+            await producer.send_in_transaction(Message(TOPIC, f"paid {i}".encode()))
+        await eventually(lambda: master.transactions.committed == 3, 10, lambda: "the master's commits")
+        await eventually(
+            lambda: slave.store.commitlog.max_offset == master.store.commitlog.max_offset,
+            10,
+            lambda: "the slave's copy of the halves, the messages and the op records",
+        )
+        halves = half_records(slave)
+
+        await master.grpc.stop(0)  # gone without a word, as a SIGKILL leaves it
+        promoted = await cluster.brokers["a-slave"].stub.ChangeRole(
+            broker_pb2.ChangeRoleRequest(role="ASYNC_MASTER", epoch=1, broker_id=0)
+        )
+        assert promoted.role == "ASYNC_MASTER"
+        await asyncio.sleep(PASSES_S)
+
+    assert half_records(slave) == halves, "the promoted slave checked back resolved transactions"
+    assert asked == []
+    queue = slave.store.consume_queue(TOPIC, 0)
+    assert queue is not None and queue.max_offset == 3  # each committed message once
