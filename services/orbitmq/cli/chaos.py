@@ -106,6 +106,12 @@ def chaos(
         raise click.UsageError("--report and --no-report exclude each other")
     if not no_report and (missing := missing_dependency()):
         raise click.ClickException(f"{missing}; or run with --no-report")
+    idle = sorted(set(faults) - set(faults_for(list(workloads or WORKLOADS))))
+    if idle:
+        raise click.UsageError(
+            f"{', '.join(idle)}: no chosen workload runs that process (the proxy runs for "
+            "--workload pop, the sidecar for --workload sidecar)"
+        )
     settings = RunSettings(
         rounds=rounds,
         duration_s=duration_s,

@@ -80,3 +80,21 @@ def _broken_history_fails_the_checkers(history: History) -> None:
         {"group": "ChaosPop", "message_id": popped.message_id},
         {"group": "ChaosTxConsumer", "message_id": committed.message_id},
     ]
+
+
+def test_a_gateway_fault_without_its_workload_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "orbitmq.cli.main",
+        "chaos",
+        "--workload",
+        "sync",
+        "--fault",
+        "kill-proxy",
+    ]
+    command += ["--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "r.json"), "--no-report"]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2, finished.stderr
+    assert "kill-proxy: no chosen workload runs that process" in finished.stderr
+    assert not (tmp_path / "data").exists()  # no cluster was started
