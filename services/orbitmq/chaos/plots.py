@@ -10,6 +10,7 @@ simplification keep an hour's run to a few hundred kilobytes.
 from __future__ import annotations
 
 import io
+import itertools
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -28,6 +29,8 @@ _RC = {
     "grid.alpha": 0.3,
 }
 FAULT_COLOUR = "#e8731a"
+_GROUP_COLOURS = ("#1f5fa8", "#2a9d4a", "#b8860b", "#7b3fa0", "#c2185b", "#00838f", "#6d4c41", "#5c6bc0")
+"""Deliveries per group (repeated past eight groups); none near the fault shading's orange."""
 MAX_NAMED = 60
 """Beyond this many faults, spans and bars are labelled with the round alone (the faults table
 names each): 60 names of 7 points fit side by side on the 11-inch axis, rotated."""
@@ -40,12 +43,13 @@ def timeline_svg(line: Timeline, spans: list[FaultSpan]) -> str:
     with matplotlib.rc_context(_RC):
         figure = Figure(figsize=(WIDTH_IN, 6.0), layout="constrained")
         rate, latency = figure.subplots(2, 1, sharex=True, height_ratios=(3, 2))
-        rate.step(seconds, line.acknowledged, where="post", label="acknowledged sends/s", color="#1f5fa8")
-        rate.step(seconds, line.delivered, where="post", label="deliveries/s", color="#2a9d4a")
+        rate.step(seconds, line.acknowledged, where="post", label="acknowledged sends/s", color="#111111")
+        for (group, counts), colour in zip(line.delivered.items(), itertools.cycle(_GROUP_COLOURS)):
+            rate.step(seconds, counts, where="post", label=f"{group} deliveries/s", color=colour, linewidth=1)
         rate.set_ylabel("messages per second")
-        rate.legend(loc="lower left", fontsize=8)
+        rate.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)  # off the fault labels
         p99 = [float("nan") if v is None else v for v in line.p99_ms]
-        latency.step(seconds, p99, where="post", color="#7b3fa0", label="send p99")
+        latency.step(seconds, p99, where="post", color="#111111", label="send p99")
         latency.set_ylabel("send p99 (ms)")
         latency.set_xlabel("seconds since the run started")
         if any(v is not None and v > 0 for v in line.p99_ms):
@@ -84,7 +88,8 @@ def recovery_svg(rows: list[dict[str, object]]) -> str:
 
 def _first_busy_second(line: Timeline) -> int:
     """A second before the first acknowledgement or delivery: the cluster's start is not drawn."""
-    busy = (i for i, (a, d) in enumerate(zip(line.acknowledged, line.delivered, strict=True)) if a or d)
+    series = [line.acknowledged, *line.delivered.values()]
+    busy = (second for second, counts in enumerate(zip(*series, strict=True)) if any(counts))
     return max(next(busy, 0) - 1, 0)
 
 

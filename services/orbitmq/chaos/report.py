@@ -32,8 +32,9 @@ class Timeline:
 
     acknowledged: list[int]
     """Sends acknowledged in that second (by when the acknowledgement arrived)."""
-    delivered: list[int]
-    """Deliveries to the live consumer groups (not the final drain)."""
+    delivered: dict[str, list[int]]
+    """Per live consumer group (sorted by name), its deliveries (not the final drain's): one
+    line a group, so a group that stalls while the others go on shows."""
     p99_ms: list[float | None]
     """p99 latency of the send attempts that ended in that second, whatever their outcome: a
     timed-out attempt is latency a producer saw. None for a second without one."""
@@ -89,9 +90,12 @@ def run_seconds(history: History) -> int:
 def timeline(history: History) -> Timeline:
     seconds = run_seconds(history)
     acked = (s.ended for s in history.sends if s.outcome is Outcome.ACKNOWLEDGED)
+    groups: dict[str, list[float]] = {}
+    for delivery in history.deliveries:
+        groups.setdefault(delivery.group, []).append(delivery.at)
     return Timeline(
         per_second(acked, seconds),
-        per_second((d.at for d in history.deliveries), seconds),
+        {group: per_second(groups[group], seconds) for group in sorted(groups)},
         p99_per_second(history.sends, seconds),
     )
 
@@ -124,11 +128,11 @@ def render(result: dict[str, object], history: History) -> str:
     verdict = "passed" if result.get("ok") else "FAILED"
     checks = result.get("checks", {})
     stopped_early = f"<p class=failed>Stopped early: {html.escape(str(result['stopped_early']))}</p>"
+    checks = checks if isinstance(checks, dict) else {}
     sections = [
         f"<h1>orbitmq chaos: <span class={_verdict_class(bool(result.get('ok')))}>{verdict}</span></h1>",
         stopped_early if result.get("stopped_early") else "",
-        "<h2>Checkers</h2>",
-        _checks_html(checks if isinstance(checks, dict) else {}),
+        _verdicts_html(checks),
         "<h2>Throughput and send latency</h2>",
         "<p>Per second; shaded: each fault from injection to heal, labelled with its round.</p>",
         plots.timeline_svg(timeline(history), fault_spans(history.faults)),
@@ -136,6 +140,8 @@ def render(result: dict[str, object], history: History) -> str:
         "<p>Seconds from the fault to the first acknowledged write started after it "
         "(writes) and until consumers had what was acknowledged by then (caught up).</p>",
         plots.recovery_svg(rows) if rows else "<p>No fault was injected.</p>",
+        "<h2>Checkers</h2>",
+        _checks_html(checks),
         "<h2>Faults per round</h2>",
         value_html(_fault_rows(history.faults, rows)),
         "<h2>Settings</h2>",
@@ -189,6 +195,17 @@ def _rows_html(rows: list[dict[str, object]]) -> str:
         "<tr>" + "".join(f"<td>{value_html(row.get(c))}</td>" for c in columns) + "</tr>" for row in rows
     )
     return f"<table class=rows><tr>{head}</tr>{body}</table>"
+
+
+def _verdicts_html(checks: dict[str, object]) -> str:
+    """One line of every checker's verdict above the plots (the tables come after them)."""
+    items = []
+    for name, check in checks.items():
+        ok = isinstance(check, dict) and bool(check.get("ok"))
+        items.append(
+            f"<span class={_verdict_class(ok)}>{html.escape(str(name))}: {'ok' if ok else 'FAILED'}</span>"
+        )
+    return f"<p class=verdicts>{' '.join(items)}</p>"
 
 
 def _checks_html(checks: dict[str, object]) -> str:
@@ -247,5 +264,6 @@ table table th { background: #fafafa; font-weight: normal; }
 .ok { color: #17702a; font-weight: bold; }
 .failed { color: #b00020; font-weight: bold; }
 .none { color: #999; }
+.verdicts span { margin-right: 1.2em; }
 svg { max-width: 100%; height: auto; }
 """

@@ -74,8 +74,9 @@ def test_per_second_bins_and_p99() -> None:
     line = timeline(_history())
     assert len(line.acknowledged) == 21  # the last delivery at 20.41 s; the drain (30 s) is not live
     assert line.acknowledged[:8] == [10, 10, 10, 10, 10, 0, 10, 20]  # second 5's sends ended in 7
-    assert line.delivered[:8] == [5, 10, 10, 10, 10, 5, 5, 15]
-    assert sum(line.delivered) == 200
+    assert list(line.delivered) == ["G"]
+    assert line.delivered["G"][:8] == [5, 10, 10, 10, 10, 5, 5, 15]
+    assert sum(line.delivered["G"]) == 200
     assert line.p99_ms[0] == pytest.approx(10.0) and line.p99_ms[7] == pytest.approx(2000.0)
     assert line.p99_ms[12] == pytest.approx(3500.0)  # the timed-out attempt counts: a producer waited
     assert fault_spans(_history().faults) == [
@@ -88,7 +89,7 @@ def test_per_second_bins_and_p99() -> None:
 
 def test_past_sixty_faults_spans_and_bars_are_labelled_by_round() -> None:
     """Sixty names fit on the axis; more would overlap, so the faults table names them."""
-    line = Timeline([10] * 130, [10] * 130, [5.0] * 130)
+    line = Timeline([10] * 130, {"G": [10] * 130}, [5.0] * 130)
     spans = [FaultSpan(2.0 * n, 2.0 * n + 1, n + 1, "kill-slave") for n in range(61)]
     rows: list[dict[str, object]] = [
         {"round": s.round, "fault": s.fault, "writes_s": 1.0, "caught_up_s": None} for s in spans
@@ -125,7 +126,7 @@ def test_a_report_renders_in_chromium_with_every_fault_and_checker(tmp_path: Pat
     assert "&lt;script&gt;x&lt;/script&gt;" in text and "broker &lt;b&gt;&amp;a&lt;/b&gt;" in text
 
     page = _open(report, tmp_path)
-    assert page.svg_texts >= {"1 kill-master", "2 pause-slave", "acknowledged sends/s", "deliveries/s"}
+    assert page.svg_texts >= {"1 kill-master", "2 pause-slave", "acknowledged sends/s", "G deliveries/s"}
     assert page.svgs == 2  # the timeline and the recovery bars
     assert {
         "acknowledged_consumed",
