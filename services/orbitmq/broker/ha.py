@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,6 +115,8 @@ class ReplicaTracker:
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self.data = asyncio.Event()
         """Set when the log grows: idle replication streams wake up and send."""
+        self.listeners: list[Callable[[], None]] = []
+        """Called when a slave attaches, acknowledges more, or goes (the read fence)."""
 
     @property
     def connected(self) -> bool:
@@ -129,7 +131,8 @@ class ReplicaTracker:
         self._wake()
 
     def detach(self, key: int) -> None:
-        self.slaves.pop(key, None)
+        if self.slaves.pop(key, None) is not None:
+            self._changed()
 
     def acked(self, key: int, offset: int) -> None:
         link = self.slaves.get(key)
@@ -161,6 +164,11 @@ class ReplicaTracker:
         for end, waiter in self._waiters:
             if end <= best and not waiter.done():
                 waiter.set_result(True)
+        self._changed()
+
+    def _changed(self) -> None:
+        for listener in self.listeners:
+            listener()
 
 
 class ReplicationClient:

@@ -33,7 +33,7 @@ from orbitmq.common.topics import DUE_TIME_TOPICS
 from orbitmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from orbitmq.store.commitlog import AppendedBatch, CommitLog, RecoveryReport
 from orbitmq.store.config import BrokerRole, StoreConfig
-from orbitmq.store.consume_queue import ConsumeQueue, Unit
+from orbitmq.store.consume_queue import UNIT, ConsumeQueue, Unit
 from orbitmq.store.disk import DiskGuard
 from orbitmq.store.dispatcher import Dispatcher
 from orbitmq.store.index_file import IndexService
@@ -162,6 +162,10 @@ class MessageStore:
         """Born-host strings known to parse."""
         self._open = False
         self._slave_advice_lag = config.slave_advice_lag_bytes
+        self.visible_end: int | None = None
+        """Readers (:meth:`get_message`) see only records ending at or below this commit-log
+        offset; None: every record. A SYNC_MASTER sets it to what its slave holds
+        (:mod:`orbitmq.broker.read_fence`)."""
         self._max_batch_bytes = self.commitlog.max_record_bytes()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -685,17 +689,33 @@ class MessageStore:
         if offset == high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high)
         if offset > high:
-            return GetResult(
-                GetStatus.OFFSET_OVERFLOW_BADLY, self._correct(offset, low if low == 0 else high), low, high
-            )
+            corrected = low if low == 0 else self._visible_high(queue, low, high)
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, self._correct(offset, corrected), low, high)
         return self._read_queue(
             queue, offset, max(1, min(max_count, self.config.max_transfer_count)), message_filter
         )
 
+    def _visible_high(self, queue: ConsumeQueue, low: int, high: int) -> int:
+        """The queue offset past its last unit a reader may see (:attr:`visible_end`): a reader
+        moved there must not step over units that become visible later."""
+        fence = self.visible_end
+        while fence is not None and low < high:  # units' records lie in log order: bisect
+            middle = (low + high) // 2
+            raw = queue.units_raw(middle, 1)
+            if not raw:
+                break
+            physical, size, _code = UNIT.unpack(raw)
+            if physical + size <= fence:
+                low = middle + 1
+            else:
+                high = middle
+        return high
+
     def _read_queue(
         self, queue: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter | None
     ) -> GetResult:
-        read = PullRead(self.commitlog, offset, max_count, self.config.max_transfer_bytes, message_filter)
+        limit = self.config.max_transfer_bytes
+        read = PullRead(self.commitlog, offset, max_count, limit, message_filter, self.visible_end)
         read.read(queue, offset + max(self.config.max_filter_scan_units, max_count))
         records = read.records
         suggest = bool(records) and self.commitlog.max_offset - read.last_physical > self._slave_advice_lag

@@ -28,6 +28,7 @@ class PullRead:
     __slots__ = (
         "_buffer",
         "_commitlog",
+        "_end",
         "_filter",
         "_max_bytes",
         "_max_count",
@@ -49,8 +50,12 @@ class PullRead:
         max_count: int,
         max_bytes: int,
         message_filter: MessageFilter | None,
+        visible_end: int | None = None,
     ) -> None:
+        """``visible_end``: no record ending past this commit-log offset is read (a SYNC_MASTER's
+        slave-confirmed offset, see :attr:`.MessageStore.visible_end`); None: the log's end."""
         self._commitlog = commitlog
+        self._end = commitlog.max_offset if visible_end is None else min(visible_end, commitlog.max_offset)
         self._min_physical = commitlog.min_offset
         self._max_count, self._max_bytes, self._filter = max_count, max_bytes, message_filter
         # Records are sliced straight from the segment that held the previous one (a pull's
@@ -62,7 +67,7 @@ class PullRead:
             self._segment_start = self._segment_end = 0
         else:
             self._buffer, self._segment_start = segment.buffer, segment.start_offset
-            self._segment_end = min(segment.start_offset + segment.size, commitlog.max_offset)
+            self._segment_end = min(segment.start_offset + segment.size, self._end)
         self.records: list[bytes] = []
         self.status = GetStatus.NO_MATCHED_MESSAGE
         self.total_bytes, self.next_offset, self.last_physical = 0, offset, 0
@@ -121,6 +126,14 @@ class PullRead:
         if len(records) >= self._max_count or (records and self.total_bytes + size > self._max_bytes):
             self.done = True
             return True
+        if physical + size > self._end:
+            # Past the log's end (the log was cut under this pull: a rejoining slave cuts its
+            # commit log, then its consume queues, beside pulls) or past what a SYNC_MASTER's
+            # slave holds. Skipping the unit would move the reader past queue offsets that a new
+            # master fills with other messages, or that this one confirms later.
+            self.done = True
+            self.status = GetStatus.OFFSET_OVERFLOW_ONE if not records else self.status
+            return True
         self.next_offset += 1
         if size <= 0 or physical < self._min_physical:
             self.status = GetStatus.OFFSET_FOUND_NULL if not records else self.status
@@ -140,16 +153,8 @@ class PullRead:
             segment = commitlog.segment_for(physical) if record is not None else None
             if segment is not None:
                 self._buffer, self._segment_start = segment.buffer, segment.start_offset
-                self._segment_end = min(segment.end_offset, commitlog.max_offset)
+                self._segment_end = min(segment.end_offset, self._end)
         if record is None:
-            if physical + size > self._commitlog.max_offset:
-                # Past the log's end: the log was cut under this pull (a rejoining slave cuts its
-                # commit log, then its consume queues, beside pulls). Skipping the unit would move
-                # the reader past queue offsets the new master fills with other messages.
-                self.next_offset -= 1
-                self.done = True
-                self.status = GetStatus.OFFSET_OVERFLOW_ONE if not records else self.status
-                return True
             self.status = GetStatus.OFFSET_FOUND_NULL if not records else self.status
             return False
         if (
