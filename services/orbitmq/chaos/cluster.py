@@ -88,6 +88,9 @@ class LocalUpCluster:
     network: Network | None = None
     """Routing through toxiproxy and iptables (network faults): set up on the brokers' ports,
     chosen here, before local up starts, which then runs under :data:`.CLUSTER_GROUP`."""
+    launcher: Path | None = None
+    """When set, local up runs every child with this instead of its own Python (the clock step's
+    libfaketime launcher: :func:`orbitmq.chaos.clockfault.write_launcher`)."""
     _process: subprocess.Popen[str] | None = field(default=None, repr=False)
     _stores_checked: bool = field(default=False, repr=False)
 
@@ -127,7 +130,7 @@ class LocalUpCluster:
             as_group = {"group": CLUSTER_GROUP, "extra_groups": []}
         log = (self.data_dir / "local-up.log").open("a")
         self._process = subprocess.Popen(  # noqa: ASYNC220 - its one report line is read in a thread
-            [sys.executable, "-m", "orbitmq.cli.main", *args],
+            [sys.executable, *_entry(self.launcher), *args],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -257,6 +260,18 @@ class LocalUpCluster:
                 return masters[0].name, slaves[0].name
             await asyncio.sleep(0.2)
         return None
+
+
+def _entry(launcher: Path | None) -> list[str]:
+    """How Python starts local up: as a module, or with ``sys.executable`` set to ``launcher``
+    first (local up starts each child as ``sys.executable -m orbitmq.cli.main …``)."""
+    if launcher is None:
+        return ["-m", "orbitmq.cli.main"]
+    boot = (
+        "import runpy, sys; sys.executable = sys.argv.pop(1); "
+        "runpy.run_module('orbitmq.cli.main', run_name='__main__', alter_sys=True)"
+    )
+    return ["-c", boot, str(launcher)]
 
 
 def signal_quietly(pid: int, signum: int) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from orbitmq.chaos.clockfault import CLOCK_FAULTS
 from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster, signal_quietly
 from orbitmq.chaos.diskfault import DISK_FAULTS
 from orbitmq.chaos.gateways import PROXY, SIDECAR
@@ -132,6 +133,7 @@ def choose(rng: random.Random, names: list[str], namesrv_kills: list[float], now
 FAULTS: dict[str, Fault] = {
     **{f.name: f for f in (ProcessFault(role, action) for action in Action for role in Role)},
     **DISK_FAULTS,
+    **CLOCK_FAULTS,
     **{f.name: f for f in NETWORK_FAULTS},
 }
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orbitmq.chaos.checkers import CHECKERS, Check, missing_per_group
+from orbitmq.chaos.clockfault import CLOCK_FAULTS, write_launcher
 from orbitmq.chaos.cluster import LocalUpCluster
 from orbitmq.chaos.diskfault import DISK_FAULTS, STORE_MIB
 from orbitmq.chaos.faults import FAULTS, choose, faults_for
@@ -79,6 +80,8 @@ async def _run(settings: RunSettings, data_dir: Path, progress: Callable[[str], 
     store_mib = STORE_MIB if set(settings.faults) & set(DISK_FAULTS) else None  # a disk it can fill
     network = Network(data_dir) if uses_network(settings.faults) else None  # toxiproxy, iptables
     cluster = LocalUpCluster(data_dir, settings.failover_after_ms, store_mib=store_mib, network=network)
+    if set(settings.faults) & set(CLOCK_FAULTS):  # each process's clock its own (libfaketime)
+        cluster.launcher = write_launcher(data_dir)
     await cluster.start()
     progress(f"cluster up (name server {cluster.namesrv}, data in {data_dir})")
     workload = Workload(cluster.namesrv, history, clock, tuple(settings.workloads), settings.seed, data_dir)
