@@ -39,7 +39,6 @@ from orbitmq.broker.metrics import (
     TimerCollector,
 )
 from orbitmq.broker.pop.service import PopService
-from orbitmq.broker.read_fence import ReadFence
 from orbitmq.broker.registration import Registrar
 from orbitmq.broker.reput import detour
 from orbitmq.broker.schedule import ScheduleService
@@ -48,7 +47,7 @@ from orbitmq.broker.settings import BrokerSettings
 from orbitmq.broker.timer.service import TimerService
 from orbitmq.broker.topics import TopicManager, dlq_topic, retry_topic, topic_to_proto
 from orbitmq.broker.transactions import TransactionService
-from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.clock import MONOTONIC_CLOCK, SYSTEM_CLOCK, Clock
 from orbitmq.common.credentials import own_credentials
 from orbitmq.common.guard import broker_guard
 from orbitmq.common.heap import freeze_startup_heap
@@ -69,9 +68,14 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, settings: BrokerSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, settings: BrokerSettings, *, clock: Clock = SYSTEM_CLOCK, lease_clock: Clock = MONOTONIC_CLOCK
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        self.lease_clock = lease_clock
+        """What client heartbeats and queue locks are timed by: not the wall clock (see
+        :class:`~orbitmq.common.clock.MonotonicClock`)."""
         self.closing = False
         self._closed = False
         self.grpc = GrpcServer(
@@ -83,8 +87,8 @@ class Broker:
         )
         self.metrics = BrokerMetrics(self.grpc.registry, settings.broker_name)
         self._tasks = TaskSet(f"broker:{settings.broker_name}")
-        self.clients = ClientRegistry(clock, settings.channel_expiry_ms)
-        self.locks = LockTable(clock, settings.lock_expiry_ms)
+        self.clients = ClientRegistry(lease_clock, settings.channel_expiry_ms)
+        self.locks = LockTable(lease_clock, settings.lock_expiry_ms)
         self.holds = PullHolds()
         self.address = ""
         self.replicas = ReplicaTracker()
@@ -200,12 +204,9 @@ class Broker:
         if not self.is_slave:  # a slave's POP and timer state is rebuilt when it is promoted
             await asyncio.to_thread(self.pop.load)
             await asyncio.to_thread(self.timer.load)
-        self.fence = ReadFence(self.store, self.replicas)  # readers see what a slave holds
-        self.fence.reset(self.broker_role is BrokerRole.SYNC_MASTER)
-        self.fence.relay(self.holds.on_queue_grow)
-        self.fence.relay(self._pop_appended)
-        self.fence.relay(self.timer.notify_append)
-        self.service.add_queue_listener(self.fence.on_queue_grow)
+        self.service.add_queue_listener(self.holds.on_queue_grow)
+        self.service.add_queue_listener(self._pop_appended)
+        self.service.add_queue_listener(self.timer.notify_append)
         self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
         self.grpc.registry.register(ConsumerGroupCollector(settings.broker_name, self.clients, self.locks))
@@ -330,7 +331,6 @@ class Broker:
                 self._master_tasks = TaskSet(f"broker-master:{self.settings.broker_name}")  # reusable
                 self.store.role = BrokerRole.SLAVE
                 await asyncio.to_thread(self.role.change, role, broker_id, epoch, master_addr)
-                self.fence.reset(sync_master=False)
                 self.known_master_addr = master_addr or ""
                 await self._stop_replication()
                 self._start_replication()
@@ -352,7 +352,6 @@ class Broker:
                 start = self.store.commitlog.max_offset
                 await asyncio.to_thread(self._begin_epoch, epoch, start)
                 await asyncio.to_thread(self.role.change, role, 0, epoch)
-                self.fence.reset(role is BrokerRole.SYNC_MASTER)
                 if not len(self._master_tasks):
                     self._start_master_work()
                 self.metrics.role_changes.labels(self.settings.broker_name, "promoted").inc()

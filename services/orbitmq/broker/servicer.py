@@ -958,10 +958,13 @@ class BrokerServicer(HaServicer, AuthAdminServicer, broker_pb2_grpc.BrokerServic
         validate_group_name(request.consumer_group)
         clients = self.b.clients
         data = clients.consumer_data(request.consumer_group)
+        wall_minus_lease = self.b.clock.now_ms() - self.b.lease_clock.now_ms()  # heartbeats: lease clock
         reply = broker_pb2.ConsumerConnections(
             connections=[
                 broker_pb2.ConsumerConnection(
-                    client_id=c.client_id, address=c.address, last_heartbeat_ms=c.last_heartbeat_ms
+                    client_id=c.client_id,
+                    address=c.address,
+                    last_heartbeat_ms=c.last_heartbeat_ms + wall_minus_lease,
                 )
                 for c in clients.connections(request.consumer_group)
             ]

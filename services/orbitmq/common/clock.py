@@ -39,4 +39,16 @@ class ManualClock:
         self._now_ms = now_ms
 
 
+class MonotonicClock:
+    """Milliseconds on the monotonic clock (its zero is arbitrary: not a timestamp), for leases
+    and liveness kept in memory, a lock's last renewal or a client's last heartbeat: a step of
+    the wall clock (NTP, an operator's ``date -s``) must neither lapse nor prolong them. On the
+    wall clock a two-minute forward step lapsed every orderly lock at once and another consumer
+    took a queue its owner was still consuming."""
+
+    def now_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+
 SYSTEM_CLOCK = SystemClock()
+MONOTONIC_CLOCK = MonotonicClock()

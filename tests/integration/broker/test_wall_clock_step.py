@@ -1,0 +1,76 @@
+"""A broker whose wall clock is stepped (libfaketime, only that process) keeps its leases.
+
+An orderly queue's lock is a lease: its owner renews it every 20 s and it lapses 60 s after the
+last renewal. Measured on the wall clock, a forward step of two minutes lapsed every lock at once
+and the next client to ask took a queue its owner was still consuming (two consumers of one
+ordered queue); it also expired every client as silent, so the groups rebalanced for nothing.
+Leases and liveness are measured on the monotonic clock; the step shows in what is data (a
+message's store time) and nowhere else.
+
+Needs Debian's libfaketime (scripts/test installs it); skipped without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from brokerkit import broker_process
+
+from orbitmq.chaos.clockfault import broker_offset_s, library, set_offset
+from orbitmq.v1 import broker_pb2, common_pb2
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(library() is None, reason="needs libfaketime (apt-get install libfaketime)"),
+]
+
+GROUP = "OrderlyGroup"
+STEP_S = 150
+"""Past the 60 s lock expiry and the 120 s client expiry."""
+
+
+async def heartbeat(stub: object, client_id: str) -> None:
+    consumer = broker_pb2.ConsumerData(group=GROUP, orderly=True)
+    await stub.Heartbeat(broker_pb2.HeartbeatRequest(client_id=client_id, consumers=[consumer]))  # type: ignore[attr-defined]
+
+
+async def locked(stub: object, client_id: str, queue: common_pb2.MessageQueue) -> bool:
+    request = broker_pb2.LockBatchRequest(consumer_group=GROUP, client_id=client_id, queues=[queue])
+    reply = await stub.LockBatch(request)  # type: ignore[attr-defined]
+    return list(reply.locked) == [queue]
+
+
+async def test_a_stepped_wall_clock_neither_lapses_a_lock_nor_expires_a_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offsets = tmp_path / "broker.faketime"
+    set_offset(offsets, 0)
+    monkeypatch.setenv("LD_PRELOAD", str(library()))
+    monkeypatch.setenv("FAKETIME_TIMESTAMP_FILE", str(offsets))
+    monkeypatch.setenv("FAKETIME_NO_CACHE", "1")
+    monkeypatch.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+    settings = {"scan_interval_ms": 200}  # the client sweep runs often: an expiry would show at once
+    async with broker_process(tmp_path / "store", "broker-clock", settings=settings) as (stub, metrics, _):
+        monkeypatch.delenv("LD_PRELOAD")
+        queue = common_pb2.MessageQueue(topic="Ordered", broker_name="broker-clock", queue_id=0)
+        await heartbeat(stub, "owner")
+        await heartbeat(stub, "rival")
+        assert await locked(stub, "owner", queue)
+        assert not await locked(stub, "rival", queue)
+
+        for seconds in (STEP_S, 0, -STEP_S, 0):  # forward, back, back past the start, forward
+            set_offset(offsets, seconds)
+            await asyncio.sleep(1.0)  # sweeps run
+            seen = await broker_offset_s(metrics)
+            assert seen is not None and abs(seen - seconds) <= 2, f"the step did not land: {seen}"
+            members = await stub.GetConsumerList(broker_pb2.GetConsumerListRequest(consumer_group=GROUP))
+            assert sorted(members.client_ids) == ["owner", "rival"], f"clients expired at {seconds:+d} s"
+            assert not await locked(stub, "rival", queue), f"the owner's lock lapsed at {seconds:+d} s"
+            assert await locked(stub, "owner", queue)  # its renewal
+            await heartbeat(stub, "owner")
+            await heartbeat(stub, "rival")
