@@ -39,6 +39,7 @@ from orbitmq.broker.metrics import (
     TimerCollector,
 )
 from orbitmq.broker.pop.service import PopService
+from orbitmq.broker.read_fence import ReadFence
 from orbitmq.broker.registration import Registrar
 from orbitmq.broker.reput import detour
 from orbitmq.broker.schedule import ScheduleService
@@ -204,9 +205,12 @@ class Broker:
         if not self.is_slave:  # a slave's POP and timer state is rebuilt when it is promoted
             await asyncio.to_thread(self.pop.load)
             await asyncio.to_thread(self.timer.load)
-        self.service.add_queue_listener(self.holds.on_queue_grow)
-        self.service.add_queue_listener(self._pop_appended)
-        self.service.add_queue_listener(self.timer.notify_append)
+        self.fence = ReadFence(self.store, self.replicas)  # readers see what a slave holds
+        self.fence.reset(self.broker_role is BrokerRole.SYNC_MASTER)
+        self.fence.relay(self.holds.on_queue_grow)
+        self.fence.relay(self._pop_appended)
+        self.fence.relay(self.timer.notify_append)
+        self.service.add_queue_listener(self.fence.on_queue_grow)
         self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
         self.grpc.registry.register(ConsumerGroupCollector(settings.broker_name, self.clients, self.locks))
@@ -331,6 +335,7 @@ class Broker:
                 self._master_tasks = TaskSet(f"broker-master:{self.settings.broker_name}")  # reusable
                 self.store.role = BrokerRole.SLAVE
                 await asyncio.to_thread(self.role.change, role, broker_id, epoch, master_addr)
+                self.fence.reset(sync_master=False)
                 self.known_master_addr = master_addr or ""
                 await self._stop_replication()
                 self._start_replication()
@@ -352,6 +357,7 @@ class Broker:
                 start = self.store.commitlog.max_offset
                 await asyncio.to_thread(self._begin_epoch, epoch, start)
                 await asyncio.to_thread(self.role.change, role, 0, epoch)
+                self.fence.reset(role is BrokerRole.SYNC_MASTER)
                 if not len(self._master_tasks):
                     self._start_master_work()
                 self.metrics.role_changes.labels(self.settings.broker_name, "promoted").inc()
