@@ -66,11 +66,28 @@ class BrokerSessions:
 
     async def _stream(self, address: str) -> None:
         queue = self._outgoing[address]
+        ended = asyncio.Event()
 
         async def requests() -> AsyncIterator[broker_pb2.ClientEvent]:
+            """The hello, then the address's queued events until this stream ended. gRPC's
+            ``cancel`` of a call that already failed leaves the task reading this generator
+            running: waiting on the queue alone, it took the next stream's first event (a
+            check-back's answer) and lost it writing to the dead call, and it never ended."""
             yield self._hello
-            while True:
-                yield await queue.get()
+            while not ended.is_set():
+                getter = asyncio.ensure_future(queue.get())
+                stopper = asyncio.ensure_future(ended.wait())
+                try:
+                    await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopper.cancel()
+                    if not getter.done():
+                        getter.cancel()
+                if getter.done() and not getter.cancelled():
+                    if ended.is_set():  # the call is gone: the next stream sends it
+                        queue.put_nowait(getter.result())
+                        return
+                    yield getter.result()
 
         call = self._channels.broker(address).Session(requests())
         self.connected[address].set()
@@ -81,6 +98,7 @@ class BrokerSessions:
                 except Exception:
                     log.exception("handling %s from %s failed", event.WhichOneof("event"), address)
         finally:
+            ended.set()
             call.cancel()
 
     async def close(self) -> None:

@@ -30,12 +30,20 @@ class _Answers:
     delivery with a string id came from a sidecar that predates records (it sent a ``Delivery``)
     and would not read ``succeeded``: its every verdict goes as an ``Ack``."""
 
-    __slots__ = ("_wake", "others", "succeeded")
+    __slots__ = ("_wake", "closed", "others", "succeeded")
 
     def __init__(self) -> None:
         self.succeeded: list[int] = []
         self.others: list[sidecar_pb2.Ack] = []
         self._wake: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        """The stream ended: :meth:`take` returns None, and the request generator ends (gRPC's
+        ``cancel`` of a call that already failed leaves the task reading it waiting here for
+        good, one more at every reconnection)."""
+        self.closed = True
+        self._given()
 
     def _given(self) -> None:
         wake = self._wake
@@ -54,9 +62,11 @@ class _Answers:
         self.others.append(sidecar_pb2.Ack(delivery_id=str(delivery_id), status=status))
         self._given()
 
-    async def take(self) -> sidecar_pb2.ConsumeRequest:
-        """Every answer given so far (at least one) as one request."""
+    async def take(self) -> sidecar_pb2.ConsumeRequest | None:
+        """Every answer given so far (at least one) as one request; None once closed."""
         while not (self.succeeded or self.others):
+            if self.closed:
+                return None
             self._wake = asyncio.get_running_loop().create_future()
             try:
                 await self._wake
@@ -195,8 +205,8 @@ class SidecarClient:
 
         async def requests() -> AsyncIterator[sidecar_pb2.ConsumeRequest]:
             yield hello
-            while True:  # answers given meanwhile travel together
-                yield await answers.take()
+            while (request := await answers.take()) is not None:  # answers given meanwhile travel together
+                yield request
 
         call = self._stub.Consume(requests())
         try:
@@ -208,6 +218,7 @@ class SidecarClient:
                 for proto in batch.deliveries:
                     yield Delivery(proto, proto.delivery_id, answers)
         finally:
+            answers.close()
             call.cancel()
 
     async def send(
