@@ -13,7 +13,7 @@ import signal
 import sys
 
 from orbitmq.auth.tables import AuthTables
-from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.clock import MONOTONIC_CLOCK, Clock
 from orbitmq.common.guard import load_users_file, namesrv_guard
 from orbitmq.common.heap import freeze_startup_heap
 from orbitmq.common.server import GrpcServer
@@ -34,10 +34,12 @@ class NameServer:
 
     Args:
         settings: listen addresses, broker expiry, scan interval and grace period.
-        clock: source of "now" for registrations and expiry (tests pass a ManualClock).
+        clock: source of "now" for the brokers' liveness (registration times and expiry):
+            monotonic, so a step of the wall clock neither expires every broker at once nor
+            keeps a dead one routed (tests pass a ManualClock).
     """
 
-    def __init__(self, settings: NameServerSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, settings: NameServerSettings, *, clock: Clock = MONOTONIC_CLOCK) -> None:
         self.settings = settings
         self.clock = clock
         self.table = RouteTable(clock, broker_expiry_ms=settings.broker_expiry_ms)

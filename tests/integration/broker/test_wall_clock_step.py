@@ -1,11 +1,14 @@
-"""A broker whose wall clock is stepped (libfaketime, only that process) keeps its leases.
+"""A broker or name server whose wall clock is stepped (libfaketime, only that process) keeps its
+leases and its view of who is alive.
 
 An orderly queue's lock is a lease: its owner renews it every 20 s and it lapses 60 s after the
 last renewal. Measured on the wall clock, a forward step of two minutes lapsed every lock at once
 and the next client to ask took a queue its owner was still consuming (two consumers of one
 ordered queue); it also expired every client as silent, so the groups rebalanced for nothing.
-Leases and liveness are measured on the monotonic clock; the step shows in what is data (a
-message's store time) and nowhere else.
+A name server timed its brokers' expiry (120 s after the last registration) on the wall clock
+too: a forward step dropped every broker from the routes until its next registration, up to 30 s
+of sends failing for want of a route. Leases and liveness are measured on the monotonic clock;
+the step shows in what is data (a message's store time) and nowhere else.
 
 Needs Debian's libfaketime (scripts/test installs it); skipped without it.
 """
@@ -13,16 +16,20 @@ Needs Debian's libfaketime (scripts/test installs it); skipped without it.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from brokerkit import broker_process
 
 from orbitmq.chaos.clockfault import broker_offset_s, library, set_offset
-from orbitmq.v1 import broker_pb2, common_pb2
+from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2, nameserver_pb2_grpc
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -45,15 +52,25 @@ async def locked(stub: object, client_id: str, queue: common_pb2.MessageQueue) -
     return list(reply.locked) == [queue]
 
 
+@contextmanager
+def stepped_clock(offsets: Path) -> Iterator[dict[str, str]]:
+    """The environment that gives a child process the clock ``offsets`` sets."""
+    set_offset(offsets, 0)
+    yield {
+        "LD_PRELOAD": str(library()),
+        "FAKETIME_TIMESTAMP_FILE": str(offsets),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+
+
 async def test_a_stepped_wall_clock_neither_lapses_a_lock_nor_expires_a_client(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     offsets = tmp_path / "broker.faketime"
-    set_offset(offsets, 0)
-    monkeypatch.setenv("LD_PRELOAD", str(library()))
-    monkeypatch.setenv("FAKETIME_TIMESTAMP_FILE", str(offsets))
-    monkeypatch.setenv("FAKETIME_NO_CACHE", "1")
-    monkeypatch.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+    with stepped_clock(offsets) as env:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
     settings = {"scan_interval_ms": 200}  # the client sweep runs often: an expiry would show at once
     async with broker_process(tmp_path / "store", "broker-clock", settings=settings) as (stub, metrics, _):
         monkeypatch.delenv("LD_PRELOAD")
@@ -74,3 +91,42 @@ async def test_a_stepped_wall_clock_neither_lapses_a_lock_nor_expires_a_client(
             assert await locked(stub, "owner", queue)  # its renewal
             await heartbeat(stub, "owner")
             await heartbeat(stub, "rival")
+
+
+async def test_a_name_servers_stepped_wall_clock_expires_no_broker(tmp_path: Path) -> None:
+    offsets = tmp_path / "namesrv.faketime"
+    with stepped_clock(offsets) as env:
+        namesrv = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *(
+                "-m",
+                "orbitmq.cli.main",
+                "namesrv",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ),
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, **env, "ORBITMQ_NAMESRV_SCAN_INTERVAL_MS": "200"},
+        )
+    try:
+        assert namesrv.stdout is not None
+        words = (await asyncio.wait_for(namesrv.stdout.readline(), 30)).decode().split()
+        async with grpc.aio.insecure_channel(words[3]) as channel:
+            stub = nameserver_pb2_grpc.NameServerStub(channel)
+            await stub.RegisterBroker(
+                nameserver_pb2.RegisterBrokerRequest(
+                    cluster="C", broker_name="broker-x", broker_addr="127.0.0.1:1", broker_id=0
+                )
+            )
+            for seconds in (STEP_S, 0, -STEP_S, 0):
+                set_offset(offsets, seconds)
+                await asyncio.sleep(1.0)  # scans run
+                seen = await broker_offset_s(words[5])
+                assert seen is not None and abs(seen - seconds) <= 2, f"the step did not land: {seen}"
+                info = await stub.GetClusterInfo(nameserver_pb2.GetClusterInfoRequest())
+                assert list(info.live_brokers) == ["127.0.0.1:1"], f"the broker expired at {seconds:+d} s"
+    finally:
+        namesrv.kill()
+        await namesrv.wait()
