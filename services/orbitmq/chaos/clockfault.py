@@ -1,4 +1,5 @@
-"""Clock step: one broker's wall clock stepped away (forward or back, seeded) and then back.
+"""Clock step: one broker's (or the name server's) wall clock stepped away, forward or back
+(seeded), and then back.
 
 Mechanism: libfaketime (Debian's ``libfaketime``), preloaded into every process local up starts,
 each reading its own offset file, so one broker's clock moves and no other process's (nor the
@@ -24,10 +25,12 @@ What a step may move in a broker, by the clock each mechanism reads: wall-clock 
 are data (a record's store time, a delayed message's due time, a POP message's invisible-until, a
 half message's age for check-backs) follow the step, as RocketMQ's do: a forward step delivers a
 delayed message or re-delivers a POP message early (at least once still holds), a backward one
-late. Leases and liveness kept in memory (orderly queue locks, client heartbeats) are measured
-on the monotonic clock, so a step neither lapses a held lock nor keeps a dead client's.
-The fault reads the broker's clock back (its metrics server's ``Date`` header) to say in the
-record that the step took effect.
+late. Leases and liveness kept in memory (orderly queue locks, client heartbeats, the name
+server's broker expiry) are measured on the monotonic clock, so a step neither lapses a held lock
+nor expires a live client or broker, nor keeps a dead one. (They were on the wall clock until
+this fault found it: a forward step expired every client and lapsed every lock, and a name
+server's dropped every broker from the routes.) The fault reads the process's clock back (its
+metrics server's ``Date`` header) to say in the record that the step took effect.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orbitmq.chaos.cluster import LocalUpCluster
+from orbitmq.chaos.cluster import NAMESRV, LocalUpCluster
 from orbitmq.chaos.history import FaultRecord
 
 LIBRARY_GLOBS = ("/usr/lib/*/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1")
@@ -55,7 +58,7 @@ expiries a wall-clock lease would lapse by."""
 HOLD_S = (2.0, 4.0)
 """Seeded time the clock stays stepped, before it is stepped back."""
 APPLY_S = 0.5
-"""A step is read at the broker's next clock call; this leaves it time to act on it."""
+"""A step is read at the process's next clock call; this leaves it time to act on it."""
 
 
 def library() -> Path | None:
@@ -90,14 +93,17 @@ def write_launcher(data_dir: Path) -> Path | None:
 
 
 def clock_file(cluster: LocalUpCluster, component: str) -> Path:
-    """The offset file of local up's ``broker <dir>`` component (as the launcher names it)."""
+    """The offset file of local up's ``broker <dir>`` or ``namesrv`` component (as the launcher
+    names it)."""
+    if component == NAMESRV:
+        return cluster.data_dir / "namesrv.faketime"
     return Path(f"{cluster.store_dir(component)}.faketime")
 
 
 @dataclass(frozen=True)
 class ClockStepFault:
     role: str
-    """``master`` or ``slave``: whose clock of the current pair is stepped."""
+    """``master``, ``slave`` (of the current pair) or ``namesrv``: whose clock is stepped."""
 
     @property
     def name(self) -> str:
@@ -111,7 +117,7 @@ class ClockStepFault:
         rng: random.Random,
         clock: Callable[[], float],
     ) -> FaultRecord:
-        target = pair[0] if self.role == "master" else pair[1]
+        target = {"master": pair[0], "slave": pair[1]}.get(self.role, NAMESRV)
         record = FaultRecord(round_no, self.name, target, cluster.pids().get(target, 0), clock())
         if cluster.launcher is None:
             record.note = "skipped: libfaketime is not installed (apt-get install libfaketime)"
@@ -131,7 +137,7 @@ class ClockStepFault:
         back = await broker_offset_s(metrics)
         record.healed_at = clock()
         record.note = (
-            f"wall clock stepped {step_s:+.0f} s for {hold_s:.2f} s, then back; the broker read "
+            f"wall clock stepped {step_s:+.0f} s for {hold_s:.2f} s, then back; the process read "
             f"{_offset(seen)} while stepped, {_offset(back)} after"
         )
         return record
@@ -146,7 +152,7 @@ def set_offset(offsets: Path, seconds: float) -> None:
 
 
 async def broker_offset_s(metrics_url: str) -> float | None:
-    """The broker's wall clock minus ours, in seconds (±1: its metrics server's ``Date``
+    """The server's wall clock minus ours, in seconds (±1: its metrics server's ``Date``
     header has whole seconds), or None when it does not answer."""
     try:
         date = await asyncio.to_thread(_date_header, metrics_url)
@@ -166,4 +172,4 @@ def _offset(seconds: float | None) -> str:
     return "nothing (no answer)" if seconds is None else f"{seconds:+.0f} s"
 
 
-CLOCK_FAULTS = {f.name: f for f in (ClockStepFault("master"), ClockStepFault("slave"))}
+CLOCK_FAULTS = {f.name: f for f in (ClockStepFault(role) for role in ("master", "slave", "namesrv"))}

@@ -1,10 +1,10 @@
-"""The disk-full and clock-step faults as ``orbitmq chaos`` runs them, in one run of three rounds:
+"""The clock-step and disk-full faults as ``orbitmq chaos`` runs them, in one run of two rounds:
 the master's wall clock stepped two minutes forward and back (libfaketime, that process only),
-then the brokers' stores (tmpfs mounts of their own) filled past the refusal ratio for a few
-seconds, the master's and then the slave's. The step lands and changes nothing the checkers see.
-Sends to the full master are refused with DISK_FULL and recorded failed (none stored), writes come
-back within a disk check of the ballast's removal, nothing acknowledged is lost or reordered, and
-every store reads back whole from its first byte afterwards."""
+then its store (a tmpfs mount of its own) filled past the refusal ratio for a few seconds. The
+step lands and changes nothing the checkers see. Sends to the full master are refused with
+DISK_FULL and recorded failed (none stored), writes come back within a disk check of the
+ballast's removal, nothing acknowledged is lost or reordered, and every store reads back whole
+from its first byte afterwards."""
 
 from __future__ import annotations
 
