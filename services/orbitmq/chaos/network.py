@@ -28,6 +28,7 @@ import asyncio
 import atexit
 import os
 import random
+import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from orbitmq.chaos.history import FaultRecord
 from orbitmq.chaos.netfilter import Chains, remove_stale
-from orbitmq.chaos.toxiproxy import Toxiproxy
+from orbitmq.chaos.toxiproxy import Toxiproxy, ToxiproxyError, binary
 
 if TYPE_CHECKING:
     from orbitmq.chaos.cluster import LocalUpCluster
@@ -203,3 +204,16 @@ NETWORK_FAULTS = [NetworkFault(kind, link) for link in Link for kind in Kind]
 def uses_network(fault_names: list[str]) -> bool:
     """Whether a run choosing among ``fault_names`` needs the network plumbing."""
     return bool({f.name for f in NETWORK_FAULTS} & set(fault_names))
+
+
+def unavailable() -> str | None:
+    """Why the network faults cannot run here (None: they can)."""
+    if os.geteuid() != 0:
+        return "they need root (iptables rules, processes under their own group)"
+    if shutil.which("iptables") is None:
+        return "iptables is not installed (Debian: apt-get install iptables)"
+    try:
+        binary()
+    except ToxiproxyError as error:
+        return str(error)
+    return None

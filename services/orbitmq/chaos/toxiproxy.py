@@ -33,6 +33,8 @@ def binary() -> Path:
     """``$ORBITMQ_TOXIPROXY``, else the test bed's build, else ``toxiproxy-server`` on PATH."""
     override = os.environ.get(BINARY_ENV)
     if override:
+        if not os.access(override, os.X_OK):
+            raise ToxiproxyError(f"${BINARY_ENV} names {override}, which is not an executable file")
         return Path(override)
     cache = Path(os.environ.get("ORBITMQ_K8S_CACHE") or Path.home() / ".cache" / "orbitmq-k8s-testbed")
     built = cache.expanduser() / "bin" / "toxiproxy-server"

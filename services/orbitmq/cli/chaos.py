@@ -99,6 +99,8 @@ def chaos(
     """Start `orbitmq local up --slaves 1` (SYNC_MASTER, SYNC_FLUSH), run producers and consumers
     through the client, inject one fault per round, then check that no acknowledged message was
     lost and no ordered key was reordered. Exits 1 when a checker fails."""
+    from orbitmq.chaos.network import unavailable as network_unavailable
+    from orbitmq.chaos.network import uses_network
     from orbitmq.chaos.report import default_report_path, missing_dependency
     from orbitmq.chaos.run import RunSettings, run
 
@@ -112,11 +114,17 @@ def chaos(
             f"{', '.join(idle)}: no chosen workload runs that process (the proxy runs for "
             "--workload pop, the sidecar for --workload sidecar)"
         )
+    chosen = list(faults) or faults_for(list(workloads or WORKLOADS))
+    if uses_network(chosen) and (reason := network_unavailable()):
+        if faults:
+            raise click.ClickException(f"network faults cannot run here: {reason}")
+        chosen = [f for f in chosen if not uses_network([f])]
+        print(f"chaos: network faults left out: {reason}", file=sys.stderr)
     settings = RunSettings(
         rounds=rounds,
         duration_s=duration_s,
         seed=seed,
-        faults=list(faults) or faults_for(list(workloads or WORKLOADS)),
+        faults=chosen,
         workloads=list(workloads or WORKLOADS),
         checkers=list(checkers) or list(CHECKERS),
         data_dir=data_dir.expanduser() if data_dir else None,
