@@ -418,7 +418,9 @@ class LocalCluster:
         for broker in self.brokers:
             broker.ha.address = broker.component.address if broker.running else None
         before = self.group.failovers
-        decision = await self.group.step(int(time.time() * 1000))
+        # The monotonic clock: a master unseen for the failover window is timed by it, so a step
+        # of the wall clock neither replaces a live master at once nor a hung one minutes late.
+        decision = await self.group.step(int(time.monotonic() * 1000))
         if decision is not None and decision.promote is not None and self.group.failovers > before:
             note(
                 f"failover {self.group.failovers}: {decision.promote} is master at epoch "
