@@ -12,11 +12,11 @@
   (:mod:`.gateways`);
 and their consumers through the public client: a concurrent push group on the first topic, an
 orderly push group on the ordered topic, a push group on the transactions' topic. A send refused
-by the broker for a stated, lasting reason
-(an :class:`~orbitmq.common.rpc.RpcFailure` that is not retriable: a slave's SLAVE_READ_ONLY,
-DISK_FULL) failed; any other exception is an unknown outcome (the call may have been stored
-before the answer was lost), and so is a non-OK status (with SYNC_MASTER, SLAVE_NOT_AVAILABLE and
-FLUSH_SLAVE_TIMEOUT mean the master has it and a slave may not).
+by the broker for a stated, lasting reason (an :class:`~orbitmq.common.rpc.RpcFailure` that is
+not retriable: a slave's SLAVE_READ_ONLY, DISK_FULL) failed; any other exception is an unknown
+outcome (the call may have been stored before the answer was lost), and so is a non-OK status
+(with SYNC_MASTER, SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT mean the master has it and a
+slave may not).
 """
 
 from __future__ import annotations
