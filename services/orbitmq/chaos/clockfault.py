@@ -66,6 +66,11 @@ def library() -> Path | None:
     return next((p for pattern in LIBRARY_GLOBS for p in sorted(Path("/").glob(pattern[1:]))), None)
 
 
+def unavailable() -> str | None:
+    """Why the clock faults cannot run on this machine, or None."""
+    return None if library() is not None else "libfaketime is not installed (apt-get install libfaketime)"
+
+
 def write_launcher(data_dir: Path) -> Path | None:
     """Write the launcher local up runs its children with (see the module docstring); None when
     libfaketime is not installed (``apt-get install libfaketime``)."""

@@ -19,6 +19,7 @@ import asyncio
 import os
 import random
 import re
+import shutil
 import time
 import urllib.request
 from collections.abc import Callable
@@ -110,6 +111,15 @@ async def wait_disk_full(metrics_url: str, full: bool) -> bool:
 def _scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=1) as reply:
         return reply.read().decode(errors="replace")
+
+
+def unavailable() -> str | None:
+    """Why the disk faults cannot run on this machine (they mount a tmpfs per store), or None."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs store needs root"
+    if shutil.which("mount") is None:
+        return "no mount command"
+    return None
 
 
 def fill(store: Path, ballast: Path, ratio: float) -> float:

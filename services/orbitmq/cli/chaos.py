@@ -99,6 +99,10 @@ def chaos(
     """Start `orbitmq local up --slaves 1` (SYNC_MASTER, SYNC_FLUSH), run producers and consumers
     through the client, inject one fault per round, then check that no acknowledged message was
     lost and no ordered key was reordered. Exits 1 when a checker fails."""
+    from orbitmq.chaos.clockfault import CLOCK_FAULTS
+    from orbitmq.chaos.clockfault import unavailable as clock_unavailable
+    from orbitmq.chaos.diskfault import DISK_FAULTS
+    from orbitmq.chaos.diskfault import unavailable as disk_unavailable
     from orbitmq.chaos.network import unavailable as network_unavailable
     from orbitmq.chaos.network import uses_network
     from orbitmq.chaos.report import default_report_path, missing_dependency
@@ -120,6 +124,15 @@ def chaos(
             raise click.ClickException(f"network faults cannot run here: {reason}")
         chosen = [f for f in chosen if not uses_network([f])]
         print(f"chaos: network faults left out: {reason}", file=sys.stderr)
+    for kind, names, why in (
+        ("disk", DISK_FAULTS, disk_unavailable()),
+        ("clock", CLOCK_FAULTS, clock_unavailable()),
+    ):
+        if why and set(chosen) & set(names):
+            if faults:
+                raise click.ClickException(f"{kind} faults cannot run here: {why}")
+            chosen = [f for f in chosen if f not in names]
+            print(f"chaos: {kind} faults left out: {why}", file=sys.stderr)
     settings = RunSettings(
         rounds=rounds,
         duration_s=duration_s,

@@ -16,20 +16,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from orbitmq.chaos import clockfault
 from orbitmq.chaos.clockfault import library
 from orbitmq.chaos.history import History, Outcome
+from orbitmq.cli.main import main
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(os.geteuid() != 0, reason="tmpfs store mounts need root"),
-    pytest.mark.skipif(library() is None, reason="needs libfaketime (apt-get install libfaketime)"),
-]
+pytestmark = pytest.mark.timeout(120)
 
 SEED = 26
 """Draws clock-step-master (forward), then disk-full-master."""
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="tmpfs store mounts need root")
+@pytest.mark.skipif(library() is None, reason="needs libfaketime (apt-get install libfaketime)")
 def test_a_clock_step_and_a_full_disk_lose_nothing_and_writes_resume(tmp_path: Path) -> None:
     out, history_file, data = tmp_path / "result.json", tmp_path / "history.json", tmp_path / "data"
     command = [sys.executable, "-m", "orbitmq.cli.main", "--log-level", "error", "chaos", "--rounds", "2"]
@@ -65,3 +66,12 @@ def test_a_clock_step_and_a_full_disk_lose_nothing_and_writes_resume(tmp_path: P
     assert checks["acknowledged_consumed"]["summary"]["lost_stored"] == 0
     held = full.healed_at - full.injected_at
     assert held < checks["recovery"]["summary"]["per_fault"][1]["writes_s"] < held + 2.5
+
+
+def test_a_clock_fault_asked_for_without_libfaketime_is_refused_before_any_cluster_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(clockfault, "LIBRARY_GLOBS", ())  # as on a machine without the package
+    refused = CliRunner().invoke(main, ["chaos", "--fault", "clock-step-master", "--no-report"])
+    assert refused.exit_code == 1, refused.output
+    assert "clock faults cannot run here: libfaketime is not installed" in refused.output
