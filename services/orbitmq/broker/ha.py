@@ -32,6 +32,7 @@ from pydantic.alias_generators import to_camel
 from orbitmq.common.credentials import own_credentials, signed
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
+from orbitmq.common.streams import queued_until
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.tls import explain, open_channel
 from orbitmq.store.config import BrokerRole
@@ -251,9 +252,12 @@ class ReplicationClient:
             acks: asyncio.Queue[int] = asyncio.Queue()
             acks.put_nowait(store.commitlog.max_offset)
 
+            ended = asyncio.Event()
+
             async def ack_stream() -> AsyncIterator[broker_pb2.ReplicaAck]:
-                while True:
-                    offset = await acks.get()
+                """Acks while this stream lasts (:mod:`orbitmq.common.streams`: one task and
+                call kept waiting for every master lost)."""
+                async for offset in queued_until(acks, ended):
                     yield broker_pb2.ReplicaAck(
                         slave_addr=self.b.address, max_offset=offset, epoch=self.b.epoch
                     )
@@ -281,6 +285,7 @@ class ReplicationClient:
                     self.b.service.wake_dispatcher()
                     acks.put_nowait(store.commitlog.max_offset)
             finally:
+                ended.set()
                 call.cancel()
 
     async def _config_loop(self) -> None:

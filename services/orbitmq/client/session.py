@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 
 from orbitmq.client.channels import Channels
+from orbitmq.common.streams import queued_until
 from orbitmq.common.tasks import TaskSet
 from orbitmq.v1 import broker_pb2
 
@@ -69,25 +70,11 @@ class BrokerSessions:
         ended = asyncio.Event()
 
         async def requests() -> AsyncIterator[broker_pb2.ClientEvent]:
-            """The hello, then the address's queued events until this stream ended. gRPC's
-            ``cancel`` of a call that already failed leaves the task reading this generator
-            running: waiting on the queue alone, it took the next stream's first event (a
-            check-back's answer) and lost it writing to the dead call, and it never ended."""
+            """The hello, then the address's queued events while this stream lasts
+            (:mod:`orbitmq.common.streams`: the next stream's first event was lost)."""
             yield self._hello
-            while not ended.is_set():
-                getter = asyncio.ensure_future(queue.get())
-                stopper = asyncio.ensure_future(ended.wait())
-                try:
-                    await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stopper.cancel()
-                    if not getter.done():
-                        getter.cancel()
-                if getter.done() and not getter.cancelled():
-                    if ended.is_set():  # the call is gone: the next stream sends it
-                        queue.put_nowait(getter.result())
-                        return
-                    yield getter.result()
+            async for event in queued_until(queue, ended):
+                yield event
 
         call = self._channels.broker(address).Session(requests())
         self.connected[address].set()
