@@ -51,6 +51,9 @@ class Process:
             self.popen.kill()
             raise RuntimeError(f"{args[2:4]} did not start: {line!r}")
         self.address = line.split("listening on ")[1].split()[0]
+        tail = line.split(" metrics ", 1)[1].split() if " metrics " in line else []
+        self.metrics_url = tail[0] if tail and tail[0].startswith("http") else ""
+        """Its ``/metrics`` URL, "" when it serves none."""
 
     def rss_mb(self) -> float:
         with open(f"/proc/{self.popen.pid}/status") as status:

@@ -168,6 +168,13 @@ class ClientRegistry:
     def client(self, client_id: str) -> ClientInfo | None:
         return self._clients.get(client_id)
 
+    def client_count(self) -> int:
+        """Clients known now (the ``broker_clients`` table of the server's metrics)."""
+        return len(self._clients)
+
+    def session_count(self) -> int:
+        return len(self._sessions)
+
     # -- sessions ------------------------------------------------------------------------------
 
     def open_session(self, client_id: str) -> Session:

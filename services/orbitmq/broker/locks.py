@@ -110,6 +110,10 @@ class LockTable:
             dropped += len(lapsed)
         return dropped
 
+    def entries(self) -> int:
+        """Lock entries kept, lapsed ones not yet swept included."""
+        return sum(len(table) for table in list(self._groups.values()))
+
     def snapshot(self) -> list[tuple[str, QueueKey, str]]:
         """(group, queue, owner) of every live lock."""
         now = self._clock.now_ms()

@@ -216,6 +216,12 @@ class Broker:
         self.grpc.registry.register(ConsumerGroupCollector(settings.broker_name, self.clients, self.locks))
         self.grpc.registry.register(PopCollector(self))
         self.grpc.registry.register(TimerCollector(self))
+        tables = self.grpc.runtime
+        tables.table("broker_clients", self.clients.client_count)
+        tables.table("broker_client_sessions", self.clients.session_count)
+        tables.table("broker_queue_locks", self.locks.entries)
+        tables.table("broker_held_pulls", lambda: self.holds.held)
+        tables.table("broker_resolved_transactions", lambda: self.transactions.resolved_count)
         await self.grpc.start()
         if not self.is_slave:
             self._start_master_work()

@@ -383,6 +383,70 @@ def bench_fuzz(as_json: bool, requests: int, seed: int, work_dir: Path | None) -
         raise SystemExit(1)
 
 
+@bench.command("soak")
+@click.option("--json", "as_json", is_flag=True, help="The whole result as one JSON object (samples too).")
+@click.option(
+    "--duration-s",
+    default=3_600.0,
+    show_default=True,
+    type=click.FloatRange(10, 7 * 86_400),
+    help="Seconds of traffic at half the measured capacity.",
+)
+@click.option("--capacity-s", default=20.0, show_default=True, type=click.FloatRange(2, 600))
+@click.option("--sample-s", default=10.0, show_default=True, type=click.FloatRange(0.5, 600))
+@click.option(
+    "--churn",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    help="Short-lived clients that come and go before the soak (0: none).",
+)
+@click.option(
+    "--expiry-ms",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(3_000, 600_000),
+    help="The broker's client expiry (channel_expiry_ms) for this run.",
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON result here too."
+)
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+def bench_soak(
+    as_json: bool,
+    duration_s: float,
+    capacity_s: float,
+    sample_s: float,
+    churn: int,
+    expiry_ms: int,
+    out: Path | None,
+    work_dir: Path | None,
+) -> None:
+    """Clients that come and go, then steady traffic at half capacity through the client, the
+    proxy and the sidecar: every server's tables back at their level, growth of its memory,
+    files, threads and tasks, p99 drift, loss; exits 1 on a problem (benchmarks/README.md)."""
+    import json
+
+    from orbitmq.bench.soak import run
+    from orbitmq.bench.soak_report import summary, verdict
+
+    result = run(
+        lambda line: click.echo(line, err=True),
+        duration_s=duration_s,
+        capacity_s=capacity_s,
+        sample_s=sample_s,
+        churn=churn,
+        expiry_ms=expiry_ms,
+        work_dir=work_dir,
+    )
+    text = json.dumps(result, indent=1, sort_keys=True)
+    if out is not None:
+        out.write_text(text + "\n")
+    click.echo(text if as_json else summary(result))
+    if verdict(result):
+        raise SystemExit(1)
+
+
 def _register_commands() -> None:
     from orbitmq.cli.admin import admin
     from orbitmq.cli.broker import broker_command

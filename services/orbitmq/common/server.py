@@ -8,6 +8,7 @@ Kubernetes stop sending), then in-flight calls get a grace period to finish.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
@@ -24,6 +25,7 @@ from orbitmq.common.errors import OrbitError
 from orbitmq.common.guard import Guard
 from orbitmq.common.procs import command_of, port_listeners
 from orbitmq.common.rpc import GenericRegistrar, error_mapping_registrar, with_error_mapping
+from orbitmq.common.runtime_metrics import register_runtime
 from orbitmq.common.tls import CertificateReloader, ServerTls, server_credentials
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,9 @@ class GrpcServer:
         split_host_port(listen)
         self._metrics_listen = metrics_listen
         self.registry = registry or CollectorRegistry()
+        self.runtime = register_runtime(self.registry)
+        """Process, thread and event-loop task gauges; servers add their per-client tables
+        (:meth:`~orbitmq.common.runtime_metrics.RuntimeCollector.table`)."""
         if guard is not None:
             audit.register_metrics(self.registry)
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
@@ -201,6 +206,7 @@ class GrpcServer:
 
     async def start(self) -> None:
         self.bind()
+        self.runtime.loop = asyncio.get_running_loop()
         # grpc.aio asks generic handlers in the order they were added, one Python call each:
         # the orbitmq services come first, health and reflection after them.
         self._register(

@@ -362,6 +362,10 @@ class RouteTable:
         """(cluster, broker name, broker id) of every registered address (for the gauge)."""
         return {(live.cluster, live.broker_name, live.broker_id) for live in self._live.values()}
 
+    def sizes(self) -> dict[str, int]:
+        """Entries of each table: registered brokers, broker groups, topics (for the gauges)."""
+        return {"brokers": len(self._live), "broker_groups": len(self._groups), "topics": len(self._topics)}
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _check_epoch(self, reg: Registration, now: int) -> None:

@@ -53,6 +53,8 @@ class NameServer:
             guard=namesrv_guard(settings, self.auth.decision_tables if self.auth is not None else None),
         )
         self.metrics = NameServerMetrics(self.grpc.registry)
+        for table in self.table.sizes():
+            self.grpc.runtime.table(f"namesrv_{table}", lambda table=table: self.table.sizes()[table])
         self._tasks = TaskSet("namesrv")
         self._started = False
         self._closed = False

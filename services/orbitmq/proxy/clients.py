@@ -140,3 +140,7 @@ class ClientRegistry:
 
     def __len__(self) -> int:
         return len(self._clients)
+
+    def stream_count(self) -> int:
+        """Open telemetry streams of every client."""
+        return sum(len(info.streams) for info in list(self._clients.values()))

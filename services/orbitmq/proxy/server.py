@@ -109,6 +109,10 @@ class Proxy:
             await self.producer.start()
             await self.transactions.start()
             self._tasks.spawn("renewals", servicer.consumers.renewals.run())
+            tables = self.grpc.runtime
+            tables.table("proxy_clients", lambda: len(self.clients))
+            tables.table("proxy_telemetry_streams", self.clients.stream_count)
+            tables.table("proxy_held_messages", lambda: len(servicer.consumers.renewals))
             await self.grpc.start()
         except BaseException:
             await self.close()

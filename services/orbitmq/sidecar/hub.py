@@ -116,6 +116,11 @@ class DeliveryHub:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def streams(self) -> int:
+        """Application streams attached now."""
+        return len(self._streams)
+
     async def deliver(self, messages: list[StoredMessage]) -> list[Verdict]:
         """Offer ``messages`` to the applications; returns each one's verdict, in order. A
         message withdrawn by a drain before anyone answered it gets None (unacknowledged)."""

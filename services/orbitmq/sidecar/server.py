@@ -113,6 +113,7 @@ class Sidecar:
         self.metrics = ConsumerMetrics(settings.group, settings.instance_name, registry=self.grpc.registry)
         threads, batch = listener_shape(settings.max_in_flight, settings.orderly)
         self.grpc.registry.register(_SidecarCollector(self))
+        self.grpc.runtime.table("sidecar_app_streams", lambda: self.hub.streams)
         self.consumer = PushConsumer(
             settings.group,
             settings.namesrv,
