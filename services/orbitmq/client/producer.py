@@ -669,15 +669,25 @@ class TransactionProducer(Producer):
     async def send_in_transaction(
         self, message: Message, arg: Any = None
     ) -> tuple[SendResult, TransactionResolution]:
+        """Send ``message`` as a half message; when the broker stored it with ``SEND_OK``, run
+        the local transaction and end the half with its answer. A half stored without SEND_OK
+        (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE: the master alone has it, a failover may lose
+        it) is rolled back without running the local transaction, as RocketMQ's producer does:
+        committing it would tie the application's work to a message that may vanish."""
         result = await self._send([message], extra={Property.TRANSACTION_PREPARED: "true"})
         queues = self._routes.get(message.topic) or []
         address = next(q.address for q in queues if q.broker_name == result.broker_name)
         self._sessions.ensure(address)
-        try:
-            resolution = await _call(self._local_transaction, message, arg)
-        except Exception:
-            log.exception("local transaction of %s failed; its outcome is left to the check", result.msg_id)
-            resolution = TransactionResolution.UNKNOWN
+        if result.status is not SendStatus.SEND_OK:
+            resolution = TransactionResolution.ROLLBACK
+        else:
+            try:
+                resolution = await _call(self._local_transaction, message, arg)
+            except Exception:
+                log.exception(
+                    "local transaction of %s failed; its outcome is left to the check", result.msg_id
+                )
+                resolution = TransactionResolution.UNKNOWN
         request = broker_pb2.EndTransactionRequest(
             producer_group=self.group,
             commit_log_offset=result.commit_log_offset,
