@@ -301,6 +301,7 @@ def check_transactions(history: History) -> Check:
             "committed": len(committed),
             "rolled_back": len(rolled_back),
             "local_unknown": sum(t.local == "unknown" for t in txs),
+            "local_skipped": sum(t.local == "skipped" for t in txs),
             "checked_back": sum(t.checks > 0 for t in txs),
             "ends_lost": sum(t.checks > 0 and t.local != "unknown" for t in txs),
             "half_not_acknowledged": sum(t.half != Outcome.ACKNOWLEDGED.value for t in txs),

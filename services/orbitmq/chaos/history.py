@@ -75,7 +75,8 @@ class Transaction:
     answers (unless it answers UNKNOWN) and every check-back is answered."""
     local: str
     """What the local transaction answered: ``commit``, ``rollback`` or ``unknown`` (the
-    check-back decides)."""
+    check-back decides); ``skipped`` when the half was stored without SEND_OK (the producer
+    rolled it back without running the local transaction)."""
     half: str = ""
     """The half message's send :class:`Outcome` (its value)."""
     checks: int = 0

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from orbitmq.chaos.history import History, Outcome, Transaction
-from orbitmq.client import Message, SendResult, StoredMessage, TransactionProducer, TransactionResolution
+from orbitmq.client import (
+    Message,
+    SendResult,
+    SendStatus,
+    StoredMessage,
+    TransactionProducer,
+    TransactionResolution,
+)
 
 TX_TOPIC = "ChaosTx"
 TX_GROUP = "ChaosTxConsumer"
@@ -97,6 +104,8 @@ class TransactionLoad:
         self, producer: TransactionProducer, message_id: str, transaction: Transaction
     ) -> SendResult:
         result, _ = await producer.send_in_transaction(Message(TX_TOPIC, self.body(message_id)), transaction)
+        if result.status is not SendStatus.SEND_OK:  # rolled back, its local transaction not run
+            transaction.local = "skipped"
         return result
 
 
