@@ -145,7 +145,12 @@ class TransactionService:
             if half is not None:
                 transaction_id = transaction_id_of(half)
                 if transaction_id not in self._resolved:
-                    if now - half.store_timestamp_ms < self._timeout_ms:
+                    # Not yet timed out: the halves after it are newer still. One stamped in the
+                    # future was stored before the wall clock stepped back: its age is unknown,
+                    # and waiting for the clock to catch up would hold every later check-back as
+                    # long as the step; it is checked now (a check is a question: a producer
+                    # answers UNKNOWN for a transaction still running).
+                    if 0 <= now - half.store_timestamp_ms < self._timeout_ms:
                         break
                     sent += await self._check(half, transaction_id)
             offset += 1

@@ -5,6 +5,13 @@ An orderly queue's lock is a lease: its owner renews it every 20 s and it lapses
 last renewal. Measured on the wall clock, a forward step of two minutes lapsed every lock at once
 and the next client to ask took a queue its owner was still consuming (two consumers of one
 ordered queue); it also expired every client as silent, so the groups rebalanced for nothing.
+Transaction check-backs stop at the first half message not yet ``transaction_timeout_ms`` old,
+judged by its store time (data, on the wall clock): a half stored during a forward step is stamped
+in the future once the clock is back, and it held every later transaction's check-back for as
+long as the step (two minutes: committed transactions invisible, their producers unasked). A half
+stamped in the future is checked at once: a check is only a question, and the producer answers
+UNKNOWN for a transaction still running.
+
 A name server timed its brokers' expiry (120 s after the last registration) on the wall clock
 too: a forward step dropped every broker from the routes until its next registration, up to 30 s
 of sends failing for want of a route. Leases and liveness are measured on the monotonic clock;
@@ -29,7 +36,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from brokerkit import broker_process
 
 from orbitmq.chaos.clockfault import broker_offset_s, library, set_offset
+from orbitmq.client.message import Message
+from orbitmq.client.producer import TransactionProducer
+from orbitmq.nameserver.server import NameServer
+from orbitmq.nameserver.settings import NameServerSettings
+from orbitmq.store.record import StoredMessage
 from orbitmq.v1 import broker_pb2, common_pb2, nameserver_pb2, nameserver_pb2_grpc
+from orbitmq.v1.broker_pb2 import TransactionResolution
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -130,3 +143,53 @@ async def test_a_name_servers_stepped_wall_clock_expires_no_broker(tmp_path: Pat
     finally:
         namesrv.kill()
         await namesrv.wait()
+
+
+async def test_a_half_message_stamped_before_a_step_back_holds_no_check_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namesrv = NameServer(NameServerSettings(listen="127.0.0.1:0", metrics_listen=None))
+    await namesrv.start()
+    offsets = tmp_path / "broker.faketime"
+    with stepped_clock(offsets) as env:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+    settings = {
+        "namesrv": namesrv.address,
+        "transaction_timeout_ms": 1000,
+        "transaction_check_interval_ms": 200,
+    }
+    checked: list[str] = []
+
+    async def check(message: StoredMessage) -> TransactionResolution:
+        checked.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+    try:
+        async with broker_process(tmp_path / "store", "broker-tx", settings=settings) as (_, _, _):
+            monkeypatch.delenv("LD_PRELOAD")
+            producer = TransactionProducer(
+                "StepTx",
+                namesrv.address,
+                local_transaction=lambda m, a: TransactionResolution.UNKNOWN,
+                check=check,
+            )
+            async with producer:
+                await producer.send_in_transaction(Message("Tx", b"warm-up"), None)  # the route, the topic
+                for _ in range(50):
+                    if "warm-up" in checked:
+                        break
+                    await asyncio.sleep(0.1)
+                set_offset(offsets, STEP_S)
+                await asyncio.sleep(0.3)
+                await producer.send_in_transaction(Message("Tx", b"ahead"), None)  # stamped +150 s
+                set_offset(offsets, 0)
+                await asyncio.sleep(0.3)
+                await producer.send_in_transaction(Message("Tx", b"after"), None)
+                for _ in range(80):
+                    if {"ahead", "after"} <= set(checked):
+                        break
+                    await asyncio.sleep(0.1)
+            assert {"ahead", "after"} <= set(checked), f"check-backs held: only {checked} asked"
+    finally:
+        await namesrv.close()
