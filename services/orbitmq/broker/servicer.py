@@ -558,17 +558,19 @@ class BrokerServicer(HaServicer, AuthAdminServicer, broker_pb2_grpc.BrokerServic
             )
         message_filter = self._filter(request.subscription)  # a pull's filter: tags or SQL92
         started = time.perf_counter()
-        popped = await b.pop.pop_any(
-            request.consumer_group,
-            request.topic,
-            queue_ids,
-            min(max(request.max_msg_nums, 1), MAX_PULL_BATCH),
-            request.invisible_time_ms,
-            fifo=request.fifo or group.consume_message_orderly,  # the group config decides too
-            max_attempts=request.max_delivery_attempts or group.retry_max_times + 1,
-            message_filter=message_filter,
-            wait_ms=max(0, min(request.poll_time_ms, b.settings.max_suspend_ms)),
-            from_first=group.consume_from_min_enable,
+        popped = await self._pop_call(  # a demotion while it waited: its records refused
+            b.pop.pop_any(
+                request.consumer_group,
+                request.topic,
+                queue_ids,
+                min(max(request.max_msg_nums, 1), MAX_PULL_BATCH),
+                request.invisible_time_ms,
+                fifo=request.fifo or group.consume_message_orderly,  # the group config decides too
+                max_attempts=request.max_delivery_attempts or group.retry_max_times + 1,
+                message_filter=message_filter,
+                wait_ms=max(0, min(request.poll_time_ms, b.settings.max_suspend_ms)),
+                from_first=group.consume_from_min_enable,
+            )
         )
         b.metrics.observe_pull(
             request.consumer_group, request.topic, len(popped), time.perf_counter() - started
@@ -642,8 +644,9 @@ class BrokerServicer(HaServicer, AuthAdminServicer, broker_pb2_grpc.BrokerServic
 
     @staticmethod
     async def _pop_call(call: Awaitable[_T]) -> _T:
-        """A POP ack or change, with a malformed or foreign receipt handle and a record the
-        store refused turned into the protocol's errors."""
+        """A POP, or a POP ack or change, with a malformed or foreign receipt handle and a
+        record the store refused (a full disk; a broker demoted meanwhile) turned into the
+        protocol's errors."""
         try:
             return await call
         except InvalidReceiptHandle as error:
