@@ -248,6 +248,7 @@ class ReplicationClient:
             if state.role == BrokerRole.SLAVE.value:
                 raise NotMasterYet(f"{address} is a slave, not a master")
             await self.b.align_with_master(state)
+            self.b.fence.aligned()
             store = self.b.store
             acks: asyncio.Queue[int] = asyncio.Queue()
             acks.put_nowait(store.commitlog.max_offset)

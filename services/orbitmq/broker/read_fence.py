@@ -15,7 +15,8 @@ confirm offset unless ``readUnCommitted``.
 The fence holds on a SYNC_MASTER from the first slave that streams from it after it became
 master (a SYNC_MASTER that never had a slave acknowledges nothing, and reads everything, as
 before), and stays where its slave left it while none streams: a slave away for good stops
-reads of what nobody acknowledged until one is back and has copied it.
+reads of what nobody acknowledged until one is back and has copied it. A demoted master keeps
+its fence until it has cut what its new master lacks (:meth:`ReadFence.aligned`).
 """
 
 from __future__ import annotations
@@ -58,10 +59,22 @@ class ReadFence:
         self._listeners.append(listener)
 
     def reset(self, sync_master: bool) -> None:
-        """At start and at every role change: a SYNC_MASTER fences from its first slave on."""
+        """At start and at a promotion: a SYNC_MASTER fences from its first slave on."""
         self._active, self._slave_seen, self._confirmed = sync_master, False, -1
         self._store.visible_end = None
         self._release(None)
+
+    def demote(self) -> None:
+        """A master becomes a slave: its fence stays until :meth:`aligned`. Its log may hold
+        records no slave confirmed, which the new master never had and aligning cuts; readers
+        still sent here by an old route would step over them as above."""
+        self._active, self._slave_seen = False, False
+
+    def aligned(self) -> None:
+        """A slave's log now holds only what its master's does: all of it may be read."""
+        if not self._active:
+            self._store.visible_end = None
+            self._release(None)
 
     def on_queue_grow(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Dispatcher listener, passed on to the relayed listeners now or once confirmed."""

@@ -341,7 +341,7 @@ class Broker:
                 self._master_tasks = TaskSet(f"broker-master:{self.settings.broker_name}")  # reusable
                 self.store.role = BrokerRole.SLAVE
                 await asyncio.to_thread(self.role.change, role, broker_id, epoch, master_addr)
-                self.fence.reset(sync_master=False)
+                self.fence.demote()  # until its log is cut to what the new master holds
                 self.known_master_addr = master_addr or ""
                 await self._stop_replication()
                 self._start_replication()

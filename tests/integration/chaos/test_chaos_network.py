@@ -119,7 +119,7 @@ async def test_each_network_fault_is_in_effect_and_loses_no_acknowledged_message
         else:  # a round trip or two of the link, twice the one-way delay each, in every send
             one_way_ms = int(re.match(r"(\d+) ms", record.note)[1])  # type: ignore[index]
             inside = [s for s in acked if record.injected_at <= s.started and s.ended <= record.healed_at]
-            assert len(inside) > 5, record
+            assert len(inside) >= 2, record  # a long delay in a short window leaves few
             latency_ms = statistics.median((s.ended - s.started) * 1000 for s in inside)
             assert latency_ms >= 1.8 * one_way_ms, (record.note, latency_ms)
 

@@ -84,3 +84,27 @@ async def test_a_sync_master_serves_what_its_slave_holds_and_wakes_held_pulls_wh
     assert await _send(cluster, range(8, 10)) == [SendStatus.SEND_OK] * 2
     tail = await _pull(master.stub, 8)
     assert [decode(r).body for r in tail.records] == [b"8", b"9"]
+
+
+async def test_a_demoted_master_serves_only_the_confirmed_part_until_it_aligns(cluster: Cluster) -> None:
+    """A master demoted while it holds records no slave confirmed (a partition that failed the
+    group over) keeps them unread until aligning with its new master cuts them: a consumer an
+    old route still sends there would otherwise move past offsets the new master fills."""
+    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="SYNC_MASTER", **HA)
+    await cluster.start_broker("a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **HA)
+    master = cluster.brokers["a-master"]
+    await eventually(lambda: master.broker.replicas.connected, 10)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    assert await _send(cluster, range(5)) == [SendStatus.SEND_OK] * 5
+    slave_address = cluster.brokers["a-slave"].broker.address
+    await cluster.stop_broker("a-slave")
+    await eventually(lambda: not master.broker.replicas.connected, 10)
+    assert await _send(cluster, range(5, 8)) == [SendStatus.SLAVE_NOT_AVAILABLE] * 3
+
+    await master.stub.ChangeRole(  # to follow a master it cannot reach yet: nothing aligned
+        broker_pb2.ChangeRoleRequest(role="SLAVE", epoch=1, broker_id=1, master_addr=slave_address)
+    )
+    reply = await _pull(master.stub, 0)
+    assert [decode(r).body for r in reply.records] == [b"0", b"1", b"2", b"3", b"4"]
+    assert (await _pull(master.stub, 5)).records == []
