@@ -63,9 +63,13 @@ class ScheduleService:
             return 0
         offset = max(self._progress.get(level), queue.min_offset)
         now, moved = self._clock.now_ms(), 0
+        latest = now + self._store.config.delay_levels_ms[level - 1]
         while offset < queue.max_offset:
             unit = queue.unit_at(offset)
-            if unit is None or unit[2] > now:
+            # Due later than now + the level's delay: stored before the wall clock stepped back.
+            # Waiting for the clock to catch up would hold every later message of the level as
+            # long as the step; it goes now (RocketMQ's correctDeliverTimestamp).
+            if unit is None or now < unit[2] <= latest:
                 break
             message = self._store.message_at(unit[0])
             if message is not None:

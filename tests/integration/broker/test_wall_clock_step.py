@@ -12,6 +12,11 @@ long as the step (two minutes: committed transactions invisible, their producers
 stamped in the future is checked at once: a check is only a question, and the producer answers
 UNKNOWN for a transaction still running.
 
+Delayed messages wait in their level's queue in store order, due at store time + the level's
+delay; one stored during a forward step was due two minutes late once the clock was back, and
+held every later message of its level behind it. A unit due later than now + its level's delay
+can only come from such a step: it is delivered now (RocketMQ's correctDeliverTimestamp).
+
 A name server timed its brokers' expiry (120 s after the last registration) on the wall clock
 too: a forward step dropped every broker from the routes until its next registration, up to 30 s
 of sends failing for want of a route. Leases and liveness are measured on the monotonic clock;
@@ -193,3 +198,33 @@ async def test_a_half_message_stamped_before_a_step_back_holds_no_check_back(
             assert {"ahead", "after"} <= set(checked), f"check-backs held: only {checked} asked"
     finally:
         await namesrv.close()
+
+
+async def test_a_delayed_message_stamped_before_a_step_back_holds_no_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offsets = tmp_path / "broker.faketime"
+    with stepped_clock(offsets) as env:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+    async with broker_process(tmp_path / "store", "broker-delay") as (stub, _, _):
+        monkeypatch.delenv("LD_PRELOAD")
+
+        async def send(body: bytes) -> None:  # delay level 1: due one second after it is stored
+            message = common_pb2.Message(topic="Later", body=body, properties={"DELAY": "1"})
+            await stub.SendMessage(
+                broker_pb2.SendMessageRequest(topic="Later", queue_id=0, messages=[message])
+            )
+
+        set_offset(offsets, STEP_S)
+        await asyncio.sleep(0.3)
+        await send(b"ahead")  # due 150 s late once the clock is back
+        set_offset(offsets, 0)
+        await asyncio.sleep(0.3)
+        await send(b"after")
+        for _ in range(60):
+            info = await stub.GetRuntimeInfo(broker_pb2.GetRuntimeInfoRequest())
+            if info.schedule_delivered >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert info.schedule_delivered == 2, f"{info.delayed_messages_waiting} delayed messages held back"
