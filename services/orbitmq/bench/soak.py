@@ -34,10 +34,10 @@ import asyncio
 import contextlib
 import os
 import shutil
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,24 +78,54 @@ DRAIN_STALL_S = 30.0
 Echo = Callable[[str], object]
 
 
+class Marks:
+    """A set of sequence numbers (1, 2, ...) kept as a byte each: an hour at thousands of
+    messages a second is tens of MB, not the GB a set of ints would take."""
+
+    def __init__(self) -> None:
+        self._marks = bytearray()
+        self.count = 0
+
+    def add(self, n: int) -> bool:
+        """Mark ``n``; False when it was already marked."""
+        marks = self._marks
+        if n >= len(marks):
+            marks.extend(bytes(max(n + 1 - len(marks), len(marks))))
+        if marks[n]:
+            return False
+        marks[n] = 1
+        self.count += 1
+        return True
+
+    def missing_from(self, other: Marks) -> int:
+        """How many of these are not in ``other`` (one byte a number: a byte-wise and-not of
+        the two as big integers counts them at C speed)."""
+        mine = int.from_bytes(self._marks, "little")
+        theirs = int.from_bytes(other._marks, "little")
+        return (mine & ~theirs).bit_count()
+
+
 @dataclass
 class PathTally:
     """One path's sends and deliveries."""
 
-    acked: set[int] = field(default_factory=set)
+    acked: Marks = field(default_factory=Marks)
     failed: int = 0
-    consumed: set[int] = field(default_factory=set)
+    consumed: Marks = field(default_factory=Marks)
     deliveries: int = 0
-    latencies: list[tuple[float, float]] = field(default_factory=list)
-    """(seconds since the soak started when sent, milliseconds from send to consumer)."""
-    send_ms: list[float] = field(default_factory=list)
+    minutes: dict[int, array[float]] = field(default_factory=dict)
+    """Milliseconds from send to consumer, by the soak's minute the message was sent in."""
+    send_ms: array[float] = field(default_factory=lambda: array("f"))
 
     def consumed_one(self, seq: int, sent_us: int, soak_started_us: int) -> None:
         self.deliveries += 1
         self.consumed.add(seq)
         if soak_started_us and sent_us >= soak_started_us:
-            now_us = time.time_ns() // 1000
-            self.latencies.append(((sent_us - soak_started_us) / 1e6, (now_us - sent_us) / 1000))
+            minute = (sent_us - soak_started_us) // 60_000_000
+            latencies = self.minutes.get(minute)
+            if latencies is None:
+                latencies = self.minutes[minute] = array("f")
+            latencies.append((time.time_ns() // 1000 - sent_us) / 1000)
 
 
 def warmup_s(duration_s: float) -> float:
@@ -103,24 +133,18 @@ def warmup_s(duration_s: float) -> float:
     return WARMUP_S if duration_s >= 10 * WARMUP_S else duration_s / 10
 
 
-def _p99(values: list[float]) -> float:
+def _p99(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
 
 
-def p99_per_minute(latencies: list[tuple[float, float]], minute_s: float = 60.0) -> list[float]:
-    """p99 of the latencies of the messages sent in each whole minute (the last, partial one
-    only when the run is shorter than a minute)."""
-    if not latencies:
-        return []
-    end = max(t for t, _ in latencies)
-    minutes = max(1, int(end // minute_s))
-    buckets: list[list[float]] = [[] for _ in range(minutes)]
-    for at, latency in latencies:
-        index = int(at // minute_s)
-        if index < minutes:
-            buckets[index].append(latency)
-    return [round(_p99(bucket), 2) for bucket in buckets if bucket]
+def p99_per_minute(minutes: dict[int, array[float]]) -> list[float]:
+    """p99 of the latencies of the messages sent in each minute of the soak, in order (the last,
+    partial minute left out when there are whole ones)."""
+    keys = sorted(minutes)
+    if len(keys) > 1:
+        keys = keys[:-1]
+    return [round(_p99(minutes[k]), 2) for k in keys]
 
 
 class _Servers:
@@ -223,14 +247,14 @@ class Soak:
     async def capacity(self, paths: list[SoakPath], seconds: float) -> dict[str, float]:
         """Acknowledged sends per second of each path, all sending flat out together."""
         deadline = time.monotonic() + seconds
-        before = {path.name: len(self.tallies[path.name].acked) for path in paths}
+        before = {path.name: self.tallies[path.name].acked.count for path in paths}
 
         async def loop(path: SoakPath) -> None:
             while time.monotonic() < deadline:
                 await self._send(path, record_ms=False)
 
         await asyncio.gather(*(loop(path) for path in paths for _ in range(CAPACITY_IN_FLIGHT)))
-        return {p.name: (len(self.tallies[p.name].acked) - before[p.name]) / seconds for p in paths}
+        return {p.name: (self.tallies[p.name].acked.count - before[p.name]) / seconds for p in paths}
 
     async def paced(self, path: SoakPath, rate: float, seconds: float) -> None:
         """Sends at ``rate`` a second for ``seconds``, at most ``MAX_OUTSTANDING`` in flight."""
@@ -267,7 +291,7 @@ class Soak:
         last, moved = -1, time.monotonic()
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            missing = sum(len(t.acked - t.consumed) for t in self.tallies.values())
+            missing = sum(t.acked.missing_from(t.consumed) for t in self.tallies.values())
             if missing == 0:
                 return
             if missing != last:
@@ -360,7 +384,7 @@ async def _measure(
         window = max(sample_s * 3, warm)
         result["warmup_s"] = warm
         result["growth"] = growth(soak.samples, soak_started + warm, soak_ended, window)
-        result["paths"] = _path_results(soak.tallies)
+        result["paths"] = _path_results(soak.tallies, warm)
     finally:
         stop.set()
         await sampler
@@ -371,24 +395,25 @@ async def _measure(
     return result
 
 
-def _path_results(tallies: dict[str, PathTally]) -> dict[str, Any]:
+def _path_results(tallies: dict[str, PathTally], warm_s: float) -> dict[str, Any]:
     results = {}
     for name, tally in tallies.items():
-        minutes = p99_per_minute(tally.latencies)
+        minutes = p99_per_minute(tally.minutes)
+        everything = sorted(v for latencies in tally.minutes.values() for v in latencies)
+        settled = minutes[min(len(minutes) - 1, int(warm_s // 60)) :] if minutes else []
+        lost = tally.acked.missing_from(tally.consumed)
         results[name] = {
-            "acknowledged": len(tally.acked),
+            "acknowledged": tally.acked.count,
             "send_failed": tally.failed,
-            "consumed": len(tally.consumed & tally.acked),
-            "lost": len(tally.acked - tally.consumed),
+            "consumed": tally.acked.count - lost,
+            "lost": lost,
             "deliveries": tally.deliveries,
-            "duplicates": tally.deliveries - len(tally.consumed),
+            "duplicates": tally.deliveries - tally.consumed.count,
             "send_p99_ms": round(_p99(tally.send_ms), 2),
-            "e2e_p50_ms": round(statistics.median([ms for _, ms in tally.latencies]), 2)
-            if tally.latencies
-            else None,
-            "e2e_p99_ms": round(_p99([ms for _, ms in tally.latencies]), 2),
+            "e2e_p50_ms": round(everything[len(everything) // 2], 2) if everything else None,
+            "e2e_p99_ms": round(_p99(everything), 2),
             "e2e_p99_ms_per_minute": minutes,
-            "p99_drift_ms": round(minutes[-1] - minutes[0], 2) if len(minutes) > 1 else 0.0,
+            "p99_drift_ms": round(settled[-1] - settled[0], 2) if len(settled) > 1 else 0.0,
         }
     return results
 
