@@ -126,12 +126,12 @@ def render(result: dict[str, object], history: History) -> str:
 
     rows = recovery(history)
     verdict = "passed" if result.get("ok") else "FAILED"
-    checks = result.get("checks", {})
-    stopped_early = f"<p class=failed>Stopped early: {html.escape(str(result['stopped_early']))}</p>"
+    checks = result.get("checks")
     checks = checks if isinstance(checks, dict) else {}
+    stopped_early = result.get("stopped_early")
     sections = [
         f"<h1>orbitmq chaos: <span class={_verdict_class(bool(result.get('ok')))}>{verdict}</span></h1>",
-        stopped_early if result.get("stopped_early") else "",
+        f"<p class=failed>Stopped early: {html.escape(str(stopped_early))}</p>" if stopped_early else "",
         _verdicts_html(checks),
         "<h2>Throughput and send latency</h2>",
         "<p>Per second; shaded: each fault from injection to heal, labelled with its round.</p>",
