@@ -6,11 +6,12 @@ cuts it when it rejoins. A consumer that had read it moved its offset past queue
 new master then fills with other, acknowledged messages, and skipped those (``orbitmq chaos``
 with ``partition-master-slave``: a master cut off from its slave and from local up's failover
 loop, still serving clients, failed over; the concurrent group then missed 458 acknowledged
-messages the other groups and the final read had). So readers (pulls, POP, the broker's own
-readers of system topics) stop at the highest commit-log offset a slave acknowledged
-(:attr:`.MessageStore.visible_end`), and held pulls and POPs are woken when that offset passes
-what was appended, not at the append. RocketMQ 5 does the same by dispatching only up to its
-confirm offset unless ``readUnCommitted``.
+messages the other groups and the final read had). So pulls stop at the highest commit-log
+offset a slave acknowledged (:attr:`.MessageStore.visible_end`), and held pulls are woken when
+that offset passes what was appended, not at the append. RocketMQ 5 does the same by
+dispatching only up to its confirm offset unless ``readUnCommitted``. POP needs no fence: its
+progress is broker state, kept in POP records written after the messages they hand out, so a
+failover that drops a message drops the progress past it too.
 
 The fence holds on a SYNC_MASTER from the first slave that streams from it after it became
 master (a SYNC_MASTER that never had a slave acknowledges nothing, and reads everything, as
@@ -77,7 +78,8 @@ class ReadFence:
             self._release(None)
 
     def on_queue_grow(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Dispatcher listener, passed on to the relayed listeners now or once confirmed."""
+        """Dispatcher listener, passed on to the relayed listeners (held pulls) now or once
+        confirmed."""
         end = self._store.commitlog.max_offset
         fence = self._store.visible_end
         if fence is None or end <= fence:

@@ -208,9 +208,9 @@ class Broker:
         self.fence = ReadFence(self.store, self.replicas)  # readers see what a slave holds
         self.fence.reset(self.broker_role is BrokerRole.SYNC_MASTER)
         self.fence.relay(self.holds.on_queue_grow)
-        self.fence.relay(self._pop_appended)
-        self.fence.relay(self.timer.notify_append)
         self.service.add_queue_listener(self.fence.on_queue_grow)
+        self.service.add_queue_listener(self._pop_appended)
+        self.service.add_queue_listener(self.timer.notify_append)
         self.service.add_queue_listener(self.replicas.grew)
         self.grpc.registry.register(BrokerStateCollector(self))
         self.grpc.registry.register(ConsumerGroupCollector(settings.broker_name, self.clients, self.locks))
