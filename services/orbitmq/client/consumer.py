@@ -32,7 +32,7 @@ from orbitmq.client.producer import client_id
 from orbitmq.client.queue import MessageQueue
 from orbitmq.client.routes import ReadRoute, fetch_read_route
 from orbitmq.client.session import BrokerSessions
-from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.clock import MONOTONIC_CLOCK, Clock
 from orbitmq.common.credentials import Credentials
 from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name, validate_topic_name
@@ -65,7 +65,7 @@ class PushConsumer:
         settings: ConsumerSettings | None = None,
         offsets_dir: Path | None = None,
         instance_name: str | None = None,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock = MONOTONIC_CLOCK,
         metrics: ConsumerMetrics | None = None,
         credentials: Credentials | None = None,
         tls: ClientTls | None = None,

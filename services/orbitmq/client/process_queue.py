@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable
 from typing import Generic, Protocol, TypeVar
 
-from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.clock import MONOTONIC_CLOCK, Clock
 
 PULL_MAX_IDLE_MS = 120_000
 """RocketMQ's ``pullMaxIdleTime``: a queue not pulled for this long has a dead pull loop."""
@@ -69,10 +69,12 @@ class ProcessQueue(Generic[M]):
     """The buffer of one queue's pulled messages (see the module docstring).
 
     Args:
-        clock: time source for the pull/consume/lock timestamps when no ``now_ms`` is given.
+        clock: time source for the pull/consume/lock timestamps when no ``now_ms`` is given;
+            monotonic by default: they time a lock's lease and idle queues, which a step of the
+            wall clock must neither lapse nor prolong.
     """
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, clock: Clock = MONOTONIC_CLOCK) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._buffered: dict[int, M] = {}

@@ -46,7 +46,7 @@ from orbitmq.client.message import Message, SendResult, SendStatus, UniqueKeys
 from orbitmq.client.producer_routes import WriteQueue, WriteRoutes
 from orbitmq.client.retry import SendFailed, SendRetryPolicy, classify
 from orbitmq.client.session import BrokerSessions
-from orbitmq.common.clock import SYSTEM_CLOCK, Clock
+from orbitmq.common.clock import MONOTONIC_CLOCK, Clock
 from orbitmq.common.credentials import Credentials
 from orbitmq.common.names import validate_group_name, validate_topic_name
 from orbitmq.common.rpc import RpcFailure
@@ -88,7 +88,8 @@ class Producer:
         probe_interval_ms: how often a broker set aside after a failed send is probed (1 000
             ms); one that answers gets sends again (:mod:`orbitmq.client.faults`).
         default_topic_queue_nums: queues of a topic that the first send auto-creates (4).
-        clock: time source of latency fault avoidance (tests).
+        clock: time source of latency fault avoidance (monotonic: a wall-clock step must not
+            end or prolong a broker's pause; tests pass a ManualClock).
         auto_batch: coalesce sends that arrive while a call to their destination is in flight
             into one batch call (RocketMQ's ``autoBatch``; default on). Off, every send is a
             call of its own.
@@ -116,7 +117,7 @@ class Producer:
         heartbeat_ms: int = 30_000,
         probe_interval_ms: int = 1_000,
         default_topic_queue_nums: int = 4,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock = MONOTONIC_CLOCK,
         auto_batch: bool = True,
         auto_batch_max_messages: int = DEFAULT_MAX_MESSAGES,
         auto_batch_max_bytes: int = DEFAULT_MAX_BYTES,
