@@ -29,8 +29,8 @@ from orbitmq.chaos.workloads import WORKLOADS
     "faults",
     multiple=True,
     type=click.Choice(sorted(FAULTS)),
-    help="A fault to choose from (repeatable; default: all the workloads' own: the proxy's and the "
-    "sidecar's with pop and sidecar).",
+    help="A fault to choose from (repeatable; default: every fault this machine can run, the "
+    "proxy's and the sidecar's only with the pop and sidecar workloads).",
 )
 @click.option(
     "--workload",
