@@ -22,7 +22,7 @@ from orbitmq.chaos.checkers import check_acknowledged_consumed, recovery
 from orbitmq.chaos.cluster import LocalUpCluster
 from orbitmq.chaos.faults import FAULTS
 from orbitmq.chaos.history import Delivery, History, Outcome, Send
-from orbitmq.chaos.netfilter import iptables
+from orbitmq.chaos.netfilter import PREFIX, Chains, iptables, remove_stale
 from orbitmq.chaos.network import Network
 from orbitmq.chaos.toxiproxy import ToxiproxyError, binary
 from orbitmq.client import (
@@ -172,3 +172,24 @@ async def _consumed(history: History, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not acked <= {d.message_id for d in history.deliveries}:  # noqa: ASYNC110 - listener threads
         await asyncio.sleep(0.2)
+
+
+def test_the_rules_of_a_run_killed_outright_go_with_the_next_run() -> None:
+    """A harness killed by SIGKILL runs neither its ``finally`` nor ``atexit``: its chains stay
+    until the next run removes those whose process is gone (and only those)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale, live = Chains(f"{PREFIX}{gone.pid}-1"), Chains()
+    stale.create()
+    live.create()
+    try:
+        stale.drop(9, 0.5)
+        removed = remove_stale()
+        rules = iptables("-S") + iptables("-t", "nat", "-S")
+        assert sorted(removed) == [f"filter {stale.name}", f"nat {stale.name}"]
+        assert stale.name not in rules
+        assert live.name in rules  # this process is alive: its run goes on
+    finally:
+        stale.close()
+        live.close()
+    assert live.name not in iptables("-S") + iptables("-t", "nat", "-S")
