@@ -44,6 +44,10 @@ FRESH_CHANNEL_OPTIONS = [*GRPC_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 reconnect backoff) between channels to one address, so a new channel to a server that was down
 would otherwise wait as long as the old one before it tries to connect."""
 
+RETIRE_GRACE_S = 60.0
+"""How long calls already on a channel replaced by :meth:`Channels.reconnect` may go on (a
+send's budget and a long-polling pull fit) before it is closed."""
+
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 """Codes that say nothing answered at that address, so another name server may."""
 
@@ -71,8 +75,9 @@ class Channels:
         self._namesrvs: dict[str, nameserver_pb2_grpc.NameServerStub] = {}
         self._opened_with: dict[str, tuple[tuple[int, int, int], ...]] = {}
         """The TLS files' state when each address's channel was opened (see the module docstring)."""
-        self._retired: list[grpc.aio.Channel] = []
-        """Channels replaced by :meth:`reconnect`, closed at :meth:`close`."""
+        self._retiring: dict[grpc.aio.Channel, asyncio.Task[None]] = {}
+        """Channels replaced by :meth:`reconnect`, each closing once its calls ended (at most
+        :data:`RETIRE_GRACE_S`); :meth:`close` closes what is left at once."""
         self._preferred_namesrv = 0
         """Index of the name server that answered last: calls start there."""
         self.unanswered: set[str] = set()
@@ -276,21 +281,32 @@ class Channels:
         meanwhile, even when the server is back. A producer whose probe reached a restarted
         broker on a fresh channel swaps the waiting one out this way; the new channel has its
         own connection (:data:`FRESH_CHANNEL_OPTIONS`), as the shared one is still waiting. The
-        old channel is closed with the others at :meth:`close`, so calls already on it end as
-        they would have.
-        """
+        old channel closes once the calls already on it ended (:meth:`_retire`)."""
         channel = self._channels.pop(address, None)
         self._brokers.pop(address, None)
         self._namesrvs.pop(address, None)
         if channel is not None:
-            self._retired.append(channel)
+            self._retire(channel)
         self._note_tls_state(address)
         self._channels[address] = self._open(address, FRESH_CHANNEL_OPTIONS)
 
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        """Close ``channel`` once the calls on it ended, cancelling those still on it after
+        :data:`RETIRE_GRACE_S` (a session stream then opens again on the new channel). Kept
+        open until :meth:`close`, each replaced channel held its own connection for the
+        client's lifetime: a proxy or sidecar gained a socket on both ends at every broker
+        blip its producer probed through (ten in one disk-full episode of ``orbitmq bench
+        soak``), without bound."""
+        task = asyncio.ensure_future(channel.close(grace=RETIRE_GRACE_S))
+        self._retiring[channel] = task
+        task.add_done_callback(lambda _: self._retiring.pop(channel, None))
+
     async def close(self) -> None:
-        for channel in [*self._channels.values(), *self._retired]:
+        for task in self._retiring.values():
+            task.cancel()
+        for channel in [*self._channels.values(), *self._retiring]:
             await channel.close()
-        self._retired.clear()
+        self._retiring.clear()
         self._channels.clear()
         self._brokers.clear()
         self._namesrvs.clear()
