@@ -40,13 +40,14 @@ def acknowledged(history: History) -> set[str]:
 
 def check_acknowledged_consumed(history: History) -> Check:
     """Every acknowledged message was delivered to the live consumers and is in the final drain
-    (what the brokers kept): at least once. A drain that stopped short (``drain_complete``
-    False) fails the check without calling what it did not reach lost."""
+    (what the brokers kept; a retired group's messages only in the former): at least once. A
+    drain that stopped short (``drain_complete`` False) fails the check without calling what it
+    did not reach lost."""
     acked = acknowledged(history)
     live = {d.message_id for d in history.deliveries}
     stored = {d.message_id for d in history.drained}
     missing_live = sorted(acked - live)
-    missing_stored = sorted(acked - stored)
+    missing_stored = sorted(history.stored_expected() - stored)
     violations = [{"message_id": m, "missing_from": "live consumers"} for m in missing_live[:MAX_LISTED]]
     violations += [{"message_id": m, "missing_from": "final drain"} for m in missing_stored[:MAX_LISTED]]
     return Check(
@@ -175,7 +176,8 @@ def recovery(history: History) -> list[dict[str, object]]:
     the moment every message acknowledged from the fault to then had been delivered (consumers
     caught up). Earlier acknowledgements are the loss checker's: one message never delivered
     must not leave every later fault without a recovery time. A fault of the proxy or the
-    sidecar counts its own clients' writes and deliveries (:data:`GATEWAY_SCOPES`)."""
+    sidecar counts its own clients' writes and deliveries (:data:`GATEWAY_SCOPES`), a fault of
+    one broker group among several (``FaultRecord.group``) that group's writes."""
     first_delivery: dict[tuple[str | None, str], float] = {}
     for delivery in history.deliveries:
         first_delivery.setdefault((None, delivery.message_id), delivery.at)
@@ -190,7 +192,9 @@ def recovery(history: History) -> list[dict[str, object]]:
             (
                 s.ended
                 for s in acked_sends
-                if s.started >= fault.injected_at and (writers is None or s.workload in writers)
+                if s.started >= fault.injected_at
+                and (writers is None or s.workload in writers)
+                and (not fault.group or s.broker == fault.group)
             ),
             None,
         )

@@ -39,6 +39,8 @@ class Send:
     seq: int | None = None
     """Position in its sharding key's sequence (ordered workloads)."""
     error: str = ""
+    broker: str = ""
+    """The broker group that acknowledged it."""
 
 
 @dataclass(slots=True)
@@ -63,6 +65,9 @@ class FaultRecord:
     """SIGCONT sent, or the killed process seen replaced."""
     round_ended_at: float | None = None
     note: str = ""
+    group: str = ""
+    """The broker group the fault broke, when the cluster has several (a Kubernetes run): its
+    recovery counts that group's writes, as the others' never stopped."""
 
 
 @dataclass(slots=True)
@@ -94,12 +99,23 @@ class History:
     transactions: list[Transaction] = field(default_factory=list)
     drain_complete: bool = True
     """False when the final drain stopped at its deadline short of the brokers' max offsets."""
+    retired_brokers: set[str] = field(default_factory=set)
+    """Broker groups drained and removed during the run (a Kubernetes scale-down): what they
+    acknowledged was consumed by the live groups before removal and is nowhere to read after."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     """Listeners run on the consumers' threads."""
 
     def add_delivery(self, delivery: Delivery) -> None:
         with self._lock:
             self.deliveries.append(delivery)
+
+    def stored_expected(self) -> set[str]:
+        """Acknowledged messages the final read must find: all but the retired groups'."""
+        return {
+            s.message_id
+            for s in self.sends
+            if s.outcome is Outcome.ACKNOWLEDGED and s.broker not in self.retired_brokers
+        }
 
     def as_dict(self) -> dict[str, object]:
         """The counts and the faults: what the result file keeps of the history."""
@@ -122,6 +138,7 @@ class History:
                     "faults": [asdict(f) for f in self.faults],
                     "transactions": [asdict(t) for t in self.transactions],
                     "drain_complete": self.drain_complete,
+                    "retired_brokers": sorted(self.retired_brokers),
                 }
             )
         )
@@ -136,4 +153,5 @@ class History:
             faults=[FaultRecord(**f) for f in data["faults"]],
             transactions=[Transaction(**t) for t in data.get("transactions", [])],
             drain_complete=data["drain_complete"],
+            retired_brokers=set(data.get("retired_brokers", [])),
         )

@@ -167,12 +167,12 @@ class _Rounds:
         await self.workload.stop_sending()
         if self.cluster.exit_reason() is None:
             await drain(self.cluster.namesrv, self.history, self.clock, DRAIN_WAIT_S, self.workload.topics)
-            await _wait_live_caught_up(self.history, RECOVERY_WAIT_S)
+            await wait_live_caught_up(self.history, RECOVERY_WAIT_S)
         else:  # nothing to read from: the loss checker must not pass on an empty drain
             self.history.drain_complete = False
 
 
-async def _wait_live_caught_up(history: History, timeout_s: float) -> None:
+async def wait_live_caught_up(history: History, timeout_s: float) -> None:
     """The live groups consume what was acknowledged before the run is judged (each group
     what it reads: :func:`.checkers.missing_per_group`)."""
     deadline = time.monotonic() + timeout_s

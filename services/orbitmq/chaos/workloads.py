@@ -110,6 +110,9 @@ class Workload:
     """Where the gateways' log goes."""
     sending: bool = True
     gateways: Gateways | None = None
+    create_topics: bool = True
+    """False when the caller made the topics (the Kubernetes run puts the ordered one on one
+    broker group)."""
     _consumers: list[PushConsumer] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _transactions: TransactionLoad | None = None
@@ -141,9 +144,10 @@ class Workload:
         unknown = sorted(set(self.workloads) - set(WORKLOADS))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; workloads: {list(WORKLOADS)}")
-        async with Admin(self.namesrv) as admin:
-            for topic in self.topics:
-                await admin.create_topic(topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        if self.create_topics:
+            async with Admin(self.namesrv) as admin:
+                for topic in self.topics:
+                    await admin.create_topic(topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         push_topics = {TOPIC_OF[w] for w in self.workloads if w in TOPIC_OF}
         for topic, group in GROUPS.items():
             if topic not in push_topics:
@@ -249,11 +253,11 @@ class Workload:
         a rolled-back transaction's half, which must never be consumed)."""
         started = self.clock()
         queue_id = queue_offset = -1
-        error = ""
+        error = broker = ""
         try:
             result = await call
             outcome = Outcome.ACKNOWLEDGED if result.status is SendStatus.SEND_OK else Outcome.UNKNOWN
-            queue_id, queue_offset = result.queue_id, result.queue_offset
+            queue_id, queue_offset, broker = result.queue_id, result.queue_offset, result.broker_name
             if outcome is Outcome.UNKNOWN:
                 error = result.status.value
         except (OrbitError, grpc.aio.AioRpcError, TimeoutError) as failure:
@@ -268,7 +272,7 @@ class Workload:
         for n, message_id in enumerate(ids if kept else []):
             offset = queue_offset + n if queue_offset >= 0 else -1
             self.history.sends.append(
-                Send(message_id, workload, started, ended, outcome, queue_id, offset, key, seq, error)
+                Send(message_id, workload, started, ended, outcome, queue_id, offset, key, seq, error, broker)
             )
         return outcome
 
@@ -308,10 +312,11 @@ async def drain(
     namesrv: str, history: History, clock: Callable[[], float], timeout_s: float, topics: list[str]
 ) -> None:
     """Read ``topics`` from the first offset with a fresh group into ``history.drained``: what
-    the brokers kept. Stops once every acknowledged message is seen and nothing new came for a
-    second; else when nothing new came for :data:`DRAIN_IDLE_S` or at ``timeout_s``
-    (``drain_complete`` is then False when an acknowledged message is unseen)."""
-    acked = {s.message_id for s in history.sends if s.outcome is Outcome.ACKNOWLEDGED}
+    the brokers kept. Stops once every acknowledged message is seen (but a retired group's:
+    :meth:`~.history.History.stored_expected`) and nothing new came for a second; else when
+    nothing new came for :data:`DRAIN_IDLE_S` or at ``timeout_s`` (``drain_complete`` is then
+    False when an expected message is unseen)."""
+    acked = history.stored_expected()
     seen: set[str] = set()
 
     def listen(messages: list[StoredMessage]) -> None:

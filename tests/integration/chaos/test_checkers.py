@@ -46,6 +46,35 @@ def test_a_lost_acknowledged_message_is_reported() -> None:
     assert check.violations == [{"message_id": "o-1", "missing_from": "final drain"}]
 
 
+def test_a_retired_groups_messages_need_only_the_live_consumers() -> None:
+    """A group drained and removed (a Kubernetes scale-down) is nowhere to read after: its
+    messages must have reached the live groups, the final read is not asked for them."""
+    history = _history()
+    history.sends[1].broker = "b1"
+    history.drained = [d for d in history.drained if d.message_id != "o-1"]
+    assert not check_acknowledged_consumed(history).ok
+    history.retired_brokers.add("b1")
+    assert check_acknowledged_consumed(history).ok
+    history.deliveries = [d for d in history.deliveries if d.message_id != "o-1"]
+    check = check_acknowledged_consumed(history)
+    assert not check.ok
+    assert check.violations == [{"message_id": "o-1", "missing_from": "live consumers"}]
+
+
+def test_a_fault_of_one_group_recovers_with_that_groups_writes() -> None:
+    """With two broker groups, the other group's writes never stopped: a fault that names its
+    group recovers when that group acknowledges again."""
+    history = _history()
+    for send in history.sends:
+        send.broker = "b1"
+    history.sends.append(Send("s-b0", "sync", 2.0, 2.5, Outcome.ACKNOWLEDGED, 0, 0, broker="b0"))
+    history.add_delivery(Delivery("s-b0", "G", 2.6, 0, 0))
+    assert check_recovery(history).summary["per_fault"][0]["writes_s"] == 0.6  # type: ignore[index]
+    history.faults[0].group = "b0"
+    row = check_recovery(history).summary["per_fault"][0]  # type: ignore[index]
+    assert (row["writes_s"], row["caught_up_s"]) == (2.0, 2.1)
+
+
 def test_a_reordering_is_reported_and_a_rewind_is_a_duplicate_not_a_reordering() -> None:
     history = _history()
     history.add_delivery(Delivery("o-1", "G", 3.0, 0, 1, "k", 1))  # re-delivered after a rebalance
