@@ -7,11 +7,12 @@ ports on. The run (:func:`run`):
    one in ten without a word, in two halves, while the soak's clients are connected and
    idle (their traffic would leave retry topics and store files that could not be told from
    the churn's). Once the first half's silent ones expired, the
-   level of every table, of the open files, threads and tasks and of the series on each
+   level of every table, of the open files and tasks and of the series on each
    metrics page is taken; after the second half and the expiry each must be back at it (the
    first half makes what appears once per group or topic appear: a label set, a retry topic,
    a consume-queue file), and the tables of clients (``PER_CLIENT_TABLES``) back at their
-   level from before any churn.
+   level from before any churn; this process's own files and tasks too (its
+   ``Producer`` clients come and go as well).
 2. **Capacity** — every path (:mod:`orbitmq.bench.soak_paths`: the Python client, the proxy's
    ``apache.rocketmq.v2``, the sidecar) sends as fast as ``CAPACITY_IN_FLIGHT`` sends in flight
    allow, all at once, for ``capacity_s``, while their consumers consume: each path's
@@ -25,7 +26,10 @@ ports on. The run (:func:`run`):
    were not, by path).
 
 The broker's client and lock expiry are shortened (``expiry_ms``) and the soak's own clients
-heartbeat more often than it, so the churn's silent leavers are swept within the run.
+heartbeat more often than it, so the churn's silent leavers are swept within the run. The
+broker keeps ``RETENTION_MS`` of log in 64 MiB segments unless the environment says otherwise
+(``ORBITMQ_BROKER_SEGMENT_BYTES``, ``ORBITMQ_BROKER_FILE_RESERVED_TIME_MS``), so the store
+stays small and retention runs all along; its disk ratios are the environment's too.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import Any
 from orbitmq.bench.broker import Process, cli
 from orbitmq.bench.soak_churn import Churn, kinds_of
 from orbitmq.bench.soak_paths import ClientPath, ProxyPath, SidecarPath, SoakPath
-from orbitmq.bench.soak_watch import Samples, Server, growth, sample, tables_back
+from orbitmq.bench.soak_watch import Samples, Server, growth, proc_values, sample, tables_back
 from orbitmq.client.admin import Admin
 
 BROKER_NAME = "soak-broker"
@@ -69,11 +73,16 @@ PER_CLIENT_TABLES = tuple(
 )
 """Tables of clients themselves: back at their level from before any churn, not only at the
 level between the halves."""
-CHURN_RESOURCES = ("open_fds", "threads", "asyncio_tasks")
-"""Judged after the churn beside the tables: a client gone must leave no socket, thread or task."""
+CHURN_RESOURCES = ("open_fds", "asyncio_tasks")
+"""Judged after the churn beside the tables: a client gone must leave no socket or task (threads
+are not: thread pools grow lazily to their bound, a thread more is not a client's)."""
 HEARTBEAT_MS = 2_000
+RETENTION_MS = 120_000
 WARMUP_S = 300.0
-DRAIN_STALL_S = 30.0
+DRAIN_STALL_S = 90.0
+"""A drain ends when nothing was consumed this long: longer than the proxy path's invisible
+time, after which a receive whose answer was lost (its deadline passed under load) is
+delivered again."""
 
 Echo = Callable[[str], object]
 
@@ -152,11 +161,17 @@ class _Servers:
 
     def __init__(self, data: Path, expiry_ms: int) -> None:
         env = {
+            # an hour at thousands of 1 KiB messages a second is GBs: the store keeps two
+            # minutes (everything is consumed within seconds) in 64 MiB segments, so retention
+            # deletes segments and consume-queue files all along, as a long-lived broker's does
+            "ORBITMQ_BROKER_SEGMENT_BYTES": str(64 * 1024 * 1024),
+            "ORBITMQ_BROKER_FILE_RESERVED_TIME_MS": str(RETENTION_MS),
             **os.environ,
             "ORBITMQ_BROKER_CHANNEL_EXPIRY_MS": str(expiry_ms),
             "ORBITMQ_BROKER_SCAN_INTERVAL_MS": "1000",
             "ORBITMQ_BROKER_LOCK_EXPIRY_MS": str(expiry_ms),
             "ORBITMQ_SIDECAR_HEARTBEAT_MS": str(HEARTBEAT_MS),
+            "ORBITMQ_PROXY_HEARTBEAT_MS": str(HEARTBEAT_MS),
         }
         metrics = ("--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
         self.started: list[Process] = []
@@ -222,6 +237,7 @@ class Soak:
         self.echo = echo
         self.sample_s = sample_s
         self.tallies: dict[str, PathTally] = {}
+        self.paths: list[SoakPath] = []
         self.samples = Samples()
         self.started = time.monotonic()
         self.soak_started_us = 0
@@ -257,7 +273,8 @@ class Soak:
         return {p.name: (self.tallies[p.name].acked.count - before[p.name]) / seconds for p in paths}
 
     async def paced(self, path: SoakPath, rate: float, seconds: float) -> None:
-        """Sends at ``rate`` a second for ``seconds``, at most ``MAX_OUTSTANDING`` in flight."""
+        """Sends at ``rate`` a second for ``seconds``, at most ``MAX_OUTSTANDING`` in flight (a
+        path that falls behind sends fewer: the result's ``sent_per_s`` says how many)."""
         slots = asyncio.Semaphore(MAX_OUTSTANDING)
         pending: set[asyncio.Task[None]] = set()
         started = time.perf_counter()
@@ -273,6 +290,8 @@ class Soak:
             delay = started + i / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            elif time.perf_counter() - started >= seconds:  # behind: the run ends on time
+                break
             await slots.acquire()
             task = asyncio.create_task(one())
             pending.add(task)
@@ -305,12 +324,16 @@ class Soak:
         ``server/name``."""
         probe = Samples()
         await asyncio.to_thread(sample, self.servers.watched(), probe, self.started)
-        return {
+        found = {
             f"{server}/{name}": points[-1][1]
             for server, series in probe.series.items()
             for name, points in series.items()
             if name.startswith("table:") or name in ("series", *CHURN_RESOURCES)
         }
+        driver = proc_values(os.getpid())  # the churn's Python clients ran here
+        found["driver/open_fds"] = driver.get("open_fds", 0)
+        found["driver/asyncio_tasks"] = len(asyncio.all_tasks())
+        return found
 
     async def settle(self, seconds: float, every_s: float = 1.0) -> dict[str, float]:
         """The largest value of each table over ``seconds`` of samples."""
@@ -358,6 +381,7 @@ async def _measure(
         ProxyPath(servers.proxy.address, TOPICS["proxy"], BROKER_NAME),
         SidecarPath(sidecar.address, TOPICS["sidecar"]),
     ]
+    soak.paths = paths
     for path in paths:
         soak.tallies[path.name] = PathTally()
         await path.start(soak._consumed(path.name))
@@ -373,13 +397,18 @@ async def _measure(
         rates = {name: max(1.0, rate / 2) for name, rate in capacity.items()}
         result["capacity_per_s"] = {k: round(v, 1) for k, v in capacity.items()}
         result["rate_per_s"] = {k: round(v, 1) for k, v in rates.items()}
-        await soak.drain(60.0)  # the soak starts without the capacity run's backlog
+        await soak.drain(120.0)  # the soak starts without the capacity run's backlog
         echo(f"soak: {duration_s:.0f} s at half capacity {result['rate_per_s']}")
         soak_started = time.monotonic() - soak.started
         soak.soak_started_us = time.time_ns() // 1000
+        acked = {path.name: soak.tallies[path.name].acked.count for path in paths}
         await asyncio.gather(*(soak.paced(path, rates[path.name], duration_s) for path in paths))
         soak_ended = time.monotonic() - soak.started
-        await soak.drain(max(60.0, duration_s / 10))
+        result["sent_per_s"] = {
+            name: round((soak.tallies[name].acked.count - before) / (soak_ended - soak_started), 1)
+            for name, before in acked.items()
+        }
+        await soak.drain(max(600.0, duration_s / 4))
         warm = warmup_s(duration_s)
         window = max(sample_s * 3, warm)
         result["warmup_s"] = warm
@@ -424,14 +453,22 @@ async def _churn(soak: Soak, servers: _Servers, clients: int, expiry_ms: int, ec
     store file the churn brings appear once; what grows with clients grows again in the second."""
     assert servers.sidecar is not None
     churn = Churn(
-        servers.broker.address, BROKER_NAME, servers.proxy.address, servers.sidecar.address, CHURN_TOPIC
+        servers.namesrv.address,
+        servers.broker.address,
+        BROKER_NAME,
+        servers.proxy.address,
+        servers.sidecar.address,
+        CHURN_TOPIC,
     )
     expiry_s = expiry_ms / 1000
     first, second = clients // 2, clients - clients // 2
+    for path in soak.paths:  # producers introduce themselves to the broker at their first send
+        await soak._send(path, record_ms=False)
     idle = await soak.settle(3)
+    per_client = {k: v for k, v in idle.items() if k.split("/")[1].startswith(PER_CLIENT_TABLES)}
     echo(f"churn: {first} clients come and go, then the level of everything")
     await churn.run(first)
-    await asyncio.sleep(expiry_s + 3)  # the silent leavers swept
+    await soak.back_to(per_client, expiry_s * 2 + 30)  # the silent leavers swept
     before = await soak.settle(5)
     echo(f"churn: {second} more")
     started = time.monotonic()
@@ -439,8 +476,7 @@ async def _churn(soak: Soak, servers: _Servers, clients: int, expiry_ms: int, ec
     took = time.monotonic() - started
     peak = await soak.tables_now()
     above, back_s = await soak.back_to(before, expiry_s * 2 + 30)
-    per_client = {k: v for k, v in idle.items() if k.split("/")[1].startswith(PER_CLIENT_TABLES)}
-    not_idle, _ = await soak.back_to(per_client, 0)
+    not_idle, _ = await soak.back_to(per_client, expiry_s + 10)
     return {
         "clients": clients,
         "kinds": kinds_of(clients),

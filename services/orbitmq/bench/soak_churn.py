@@ -10,7 +10,9 @@ as an application that starts, sends or reads once and exits does:
 * proxy consumers: a ``Telemetry`` stream, one ``ReceiveMessage`` with ``auto_renew`` (the proxy
   keeps what it hands out hidden while the client lives), its ``AckMessage`` (a silent leaver
   acks nothing: the proxy releases its message when it is gone);
-* sidecar applications: a delivery stream, one delivery acknowledged, one ``Send``.
+* sidecar applications: a delivery stream, one delivery acknowledged, one ``Send``;
+* orbitmq's own ``Producer`` in this process: started (routes, heartbeat, session), one send,
+  closed (it always closes: what it leaves behind is this process's, which the soak watches).
 
 Nine in ten leave politely (``UnregisterClient``, ``UnlockBatch``, ``NotifyClientTermination``,
 streams closed); one in ten just vanishes (channel closed mid-stream, nothing said), which
@@ -28,6 +30,8 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from orbitmq.client.message import Message
+from orbitmq.client.producer import Producer
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.rocketmq_v2 import definition_pb2 as d
 from orbitmq.rocketmq_v2 import service_pb2 as s
@@ -47,7 +51,10 @@ CALL_S = 10.0
 class Churn:
     """Runs short-lived clients of every kind in turn against one broker, proxy and sidecar."""
 
-    def __init__(self, broker: str, broker_name: str, proxy: str, sidecar: str, topic: str) -> None:
+    def __init__(
+        self, namesrv: str, broker: str, broker_name: str, proxy: str, sidecar: str, topic: str
+    ) -> None:
+        self._namesrv = namesrv
         self._broker = broker
         self._broker_name = broker_name
         self._proxy = proxy
@@ -65,6 +72,7 @@ class Churn:
             self._proxy_producer,
             self._proxy_consumer,
             self._sidecar_app,
+            self._python_producer,
         ]
         numbers = iter(range(first, first + clients))
 
@@ -257,10 +265,25 @@ class Churn:
         finally:
             await client.close()
 
+    async def _python_producer(self, n: int, vanish: bool) -> None:
+        del vanish  # in this process a client that never closes is this process's leak
+        async with Producer(PRODUCER_GROUP, self._namesrv) as producer:
+            await producer.send(Message(self._topic, b"churn"))
+
+
+KINDS = (
+    "broker_producer",
+    "broker_consumer",
+    "proxy_producer",
+    "proxy_consumer",
+    "sidecar_app",
+    "python_producer",
+)
+
 
 def kinds_of(clients: int) -> dict[str, int]:
     """How many clients of each kind :meth:`Churn.run` starts for ``clients``."""
-    names = ("broker_producer", "broker_consumer", "proxy_producer", "proxy_consumer", "sidecar_app")
+    names = KINDS
     counts = dict.fromkeys(names, 0)
     for name, _ in zip(itertools.cycle(names), range(clients), strict=False):
         counts[name] += 1

@@ -168,7 +168,7 @@ class ProxyPath:
                 messages = [
                     frame.message
                     async for frame in self._stub.ReceiveMessage(
-                        request, metadata=self._consumer_id, timeout=LONG_POLL_S + 5
+                        request, metadata=self._consumer_id, timeout=LONG_POLL_S + 25
                     )
                     if frame.HasField("message")
                 ]

@@ -52,7 +52,7 @@ def summary(result: dict[str, Any]) -> str:
     lines = [
         f"capacity (msg/s, all paths at once): {result['capacity_per_s']}",
         f"soak rate (msg/s): {result['rate_per_s']} for {result['duration_s']:.0f} s "
-        f"(warm-up {result['warmup_s']:.0f} s)",
+        f"(warm-up {result['warmup_s']:.0f} s); acknowledged: {result.get('sent_per_s')}",
     ]
     for name, path in result["paths"].items():
         lines.append(

@@ -67,6 +67,7 @@ class Proxy:
             PRODUCER_GROUP,
             self.channels.namesrv_addrs,
             send_timeout_ms=settings.send_timeout_ms,
+            heartbeat_ms=settings.heartbeat_ms,
             default_topic_queue_nums=settings.default_topic_queue_nums,
             auto_batch_in_flight=SEND_CALLS_IN_FLIGHT,
             credentials=self.channels.credentials,

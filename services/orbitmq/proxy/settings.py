@@ -61,7 +61,8 @@ class ProxySettings(ServerTls, SyncedAuth):
     """The brokers' delay levels: a delivery timestamp maps to the shortest level not shorter
     than the time left, so this must equal the brokers' ``delay_levels``."""
     heartbeat_ms: int = Field(default=30_000, ge=10)
-    """How often the proxy heartbeats its transaction producer groups to every master."""
+    """How often the proxy heartbeats its transaction producer groups to every master, and its
+    own producer each broker it sends to (below the brokers' ``channel_expiry_ms``)."""
     auto_renew_slice_ms: int = Field(default=30_000, ge=1_000)
     """How long a push consumer's message (received with ``auto_renew``) is hidden at a time;
     the proxy renews it shortly before each slice ends until the client acks it or goes away,

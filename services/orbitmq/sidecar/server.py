@@ -138,7 +138,10 @@ class Sidecar:
         for spec in settings.specs:
             self.consumer.subscribe(spec.topic, spec.expression, sql=spec.sql)
         self.producer = Producer(
-            f"{settings.group}-sidecar", settings.namesrv, send_timeout_ms=settings.send_timeout_ms
+            f"{settings.group}-sidecar",
+            settings.namesrv,
+            send_timeout_ms=settings.send_timeout_ms,
+            heartbeat_ms=settings.heartbeat_ms,
         )
         self.address = ""
 
