@@ -29,12 +29,14 @@ import grpc
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from orbitmq.broker.transactions import PROGRESS_GROUP
 from orbitmq.common.credentials import own_credentials, signed
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.server import GRPC_OPTIONS
 from orbitmq.common.streams import queued_until
 from orbitmq.common.tasks import TaskSet
 from orbitmq.common.tls import explain, open_channel
+from orbitmq.common.topics import TRANS_HALF_TOPIC
 from orbitmq.store.config import BrokerRole
 from orbitmq.store.config_store import JsonConfigStore
 from orbitmq.store.epoch import EpochEntry, EpochFile, common_point
@@ -321,6 +323,8 @@ class ReplicationClient:
         reply = await stub.GetReplicaConfig(broker_pb2.GetReplicaConfigRequest(), timeout=timeout_s)
         tables = self.b.tables
         source = f"master {address}"
+        progress = (PROGRESS_GROUP, TRANS_HALF_TOPIC, 0)
+        own = tables.consumer_offsets.query(*progress)
         for table, raw in (
             (tables.topics, reply.topics),
             (tables.subscription_groups, reply.subscription_groups),
@@ -329,6 +333,11 @@ class ReplicationClient:
         ):
             if raw:
                 await asyncio.to_thread(table.import_json, raw, source)
+        # The check-back progress is this log's own, moved toward the master's only past what
+        # this log shows handled (TransactionService.settle).
+        claimed = tables.consumer_offsets.query(*progress)
+        tables.consumer_offsets.commit(*progress, max(own, 0))
+        await asyncio.to_thread(self.b.transactions.settle, claimed)
         if reply.auth:  # empty from a master older than the users and ACLs table
             await self.b.auth_store.import_json(reply.auth, source)
 

@@ -397,6 +397,7 @@ class Broker:
                 shared,
             )
             await asyncio.to_thread(self.store.truncate, shared)
+            await asyncio.to_thread(self.transactions.forget)
         last = self.epochs.current
 
         def adopt() -> None:

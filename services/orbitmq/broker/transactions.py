@@ -22,6 +22,7 @@ from orbitmq.common.properties import TRANSACTION_CHECK_TIMES, TRANSACTION_ID
 from orbitmq.common.rpc import RpcFailure
 from orbitmq.common.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, Property
 from orbitmq.store.config_store import ConsumerOffsetTable
+from orbitmq.store.consume_queue import ConsumeQueue
 from orbitmq.store.message_store import MessageStore
 from orbitmq.store.record import InboundMessage, StoredMessage, SysFlag
 from orbitmq.store.results import PutResult
@@ -139,12 +140,13 @@ class TransactionService:
             return 0
         offset = max(self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0), queue.min_offset)
         end, now, sent = queue.max_offset, self._clock.now_ms(), 0
+        latest = self._latest(queue, offset, end)
         while offset < end:
             unit = queue.unit_at(offset)
             half = self._store.message_at(unit[0]) if unit else None
             if half is not None:
                 transaction_id = transaction_id_of(half)
-                if transaction_id not in self._resolved:
+                if transaction_id not in self._resolved and latest[transaction_id] == offset:
                     # Not yet timed out: the halves after it are newer still. One stamped in the
                     # future was stored before the wall clock stepped back: its age is unknown,
                     # and waiting for the clock to catch up would hold every later check-back as
@@ -152,12 +154,65 @@ class TransactionService:
                     # answers UNKNOWN for a transaction still running).
                     if 0 <= now - half.store_timestamp_ms < self._timeout_ms:
                         break
-                    sent += await self._check(half, transaction_id)
+                    checked = await self._check(half, transaction_id)
+                    if checked < 0:  # not copied: asked about at the next pass, not skipped
+                        break
+                    sent += checked
             offset += 1
             self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
         return sent
 
+    def _latest(self, queue: ConsumeQueue, start: int, end: int) -> dict[str, int]:
+        """The last half-queue offset of each transaction in ``start..end``: an earlier record
+        of one with a later copy (appended by a check) was handled, its copy is asked about."""
+        latest: dict[str, int] = {}
+        for offset in range(start, end):
+            unit = queue.unit_at(offset)
+            half = self._store.message_at(unit[0]) if unit else None
+            if half is not None:
+                latest[transaction_id_of(half)] = offset
+        return latest
+
+    def settle(self, claimed: int) -> None:
+        """On a slave: move the check progress toward ``claimed`` (its master's, just copied) only
+        past halves this log shows handled, resolved by an op record or copied by a check. The
+        master's progress also passes halves handled by records still on their way here (or
+        never coming: written while no slave confirmed them); a slave that took it and was
+        promoted before they arrived never asked about those transactions again, and a
+        committed one never became visible."""
+        self.load()
+        queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
+        if queue is None:
+            return
+        own = self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0)
+        offset, stop = max(own, queue.min_offset), min(claimed, queue.max_offset)
+        latest = self._latest(queue, offset, queue.max_offset)
+        while offset < stop:
+            unit = queue.unit_at(offset)
+            half = self._store.message_at(unit[0]) if unit else None
+            if half is not None:
+                transaction_id = transaction_id_of(half)
+                if transaction_id not in self._resolved and latest[transaction_id] == offset:
+                    break
+            offset += 1
+        if offset != own:
+            self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
+
+    def forget(self) -> None:
+        """After this log was cut (a demoted master aligning with the new one): the op records
+        read and the check progress may stand for records that are gone. Everything is read
+        again from the log as it now is; the progress restarts at the first half and
+        :meth:`settle` moves it past what this log shows handled."""
+        self._resolved.clear()
+        self._ops_read = 0
+        queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
+        self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, queue.min_offset if queue else 0)
+        self.load()
+
     async def _check(self, half: StoredMessage, transaction_id: str) -> int:
+        """Copy the half (its check count one more) and ask a producer about the copy: 1 when
+        asked, 0 when no producer is connected (the copy is asked about later), -1 when the
+        copy was refused (a full disk, a demotion) and the half must stay where the pass is."""
         checks = int(half.properties.get(CHECK_TIMES, "0"))
         if checks >= self._check_max:
             log.warning(
@@ -174,7 +229,7 @@ class TransactionService:
         copy.properties = {**half.properties, CHECK_TIMES: str(checks + 1), TRANSACTION_ID: transaction_id}
         result = await self._put(copy)
         if not result.status.stored:
-            return 0
+            return -1
         placed = result.first
         group = half.properties.get(Property.PRODUCER_GROUP, "")
         record = self._store.commitlog.read(placed.physical_offset, placed.size) or b""

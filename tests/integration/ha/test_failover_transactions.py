@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
 sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
 from clusterkit import Cluster, eventually, start_cluster
 
+from orbitmq.broker.ha import ReplicationClient
+from orbitmq.broker.transactions import PROGRESS_GROUP
 from orbitmq.client import Admin, Message, StoredMessage, TransactionProducer, TransactionResolution
 from orbitmq.common.topics import TRANS_HALF_TOPIC
 from orbitmq.v1 import broker_pb2
@@ -91,3 +93,50 @@ async def test_a_promoted_slave_does_not_check_back_transactions_its_master_reso
     assert asked == []
     queue = slave.store.consume_queue(TOPIC, 0)
     assert queue is not None and queue.max_offset == 3  # each committed message once
+
+
+async def test_a_promoted_slave_asks_about_a_half_its_master_checked_with_a_copy_it_never_got(
+    cluster: Cluster,
+) -> None:
+    """The master checked a half (a copy of it appended, its check progress past it) that the
+    slave holds but whose copy it never got; the slave copied that progress. Promoted, it must
+    still ask about the half: taking the master's progress as it came, it skipped the half for
+    good, and a transaction the producer would have answered COMMIT never became visible
+    (``orbitmq chaos``: committed transactions missing after master failovers)."""
+    slow = {"transaction_timeout_ms": 1_500, "transaction_check_interval_ms": 100}
+    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    await cluster.start_broker("a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow)
+    master = cluster.brokers["a-master"].broker
+    slave = cluster.brokers["a-slave"].broker
+    asked: list[str] = []
+
+    def check(message: StoredMessage) -> TransactionResolution:
+        asked.append(message.body.decode())
+        return TransactionResolution.UNKNOWN  # the application has not decided yet
+
+    async with TransactionProducer(
+        "FailoverTxProducer",
+        cluster.address,
+        local_transaction=lambda message, arg: TransactionResolution.UNKNOWN,
+        check=check,
+        heartbeat_ms=200,
+        route_refresh_ms=200,
+    ) as producer:
+        await producer.send_in_transaction(Message(TOPIC, b"paid"))
+        await eventually(lambda: half_records(slave) == 1, 10, lambda: "the slave's copy of the half")
+        await slave._stop_replication()  # the master's copies of the half reach it no more
+        await eventually(lambda: asked, 10, lambda: "the master's check-back")
+        assert master.offsets.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0) >= 1
+        await ReplicationClient(slave).copy_config(cluster.brokers["a-master"].stub, master.address)
+
+        await cluster.stop_broker("a-master")
+        promoted = await cluster.brokers["a-slave"].stub.ChangeRole(
+            broker_pb2.ChangeRoleRequest(role="ASYNC_MASTER", epoch=1, broker_id=0)
+        )
+        assert promoted.role == "ASYNC_MASTER"
+        # Asking appends a copy of the half first (whether a producer answers or not yet).
+        await eventually(
+            lambda: half_records(slave) > 1, 10, lambda: "the promoted slave's check of the half"
+        )
