@@ -145,11 +145,14 @@ async def stop_kubelet(bed: Bed, record: FaultRecord) -> int:
     os.kill(kubelet, signal.SIGSTOP)
     try:
         await asyncio.sleep(2.0)
+        record.injected_at = bed.clock()  # recovery is from the kill: writes went on until then
         assert kill_pod_process(bed.k8s, bed.ns, record.target, "broker") >= 1
         await asyncio.sleep(KUBELET_STOP_S - 2.0)
     finally:
         os.kill(kubelet, signal.SIGCONT)
-    record.note = f"kubelet (PID {kubelet}) stopped {KUBELET_STOP_S:.0f} s; master SIGKILLed 2 s into it"
+    record.note = (
+        f"kubelet (PID {kubelet}) stopped {KUBELET_STOP_S:.0f} s, from 2 s before the master's SIGKILL"
+    )
     return 2
 
 
