@@ -282,14 +282,17 @@ def check_transactions(history: History) -> Check:
     was delivered live and is in the final read (whether its EndTransaction arrived or a
     check-back settled it), and no transaction decided to roll back was ever delivered or
     stored. Counts the check-backs: ``ends_lost`` are transactions whose local transaction
-    answered definitely and were checked back anyway (the end lost in a fault, or late)."""
+    answered definitely and were checked back anyway (the end lost in a fault, or late). A
+    final read that stopped short (``drain_complete`` False) fails the check without calling
+    what it did not reach missing from it."""
     txs = history.transactions
     live = {d.message_id for d in history.deliveries}
     drained = [d for d in history.drained if d.message_id.startswith("t")]
     stored = {d.message_id for d in drained}
     committed = {t.message_id for t in txs if t.commit and t.half == Outcome.ACKNOWLEDGED.value}
     rolled_back = {t.message_id for t in txs if not t.commit}
-    missing_live, missing_stored = sorted(committed - live), sorted(committed - stored)
+    missing_live = sorted(committed - live)
+    missing_stored = sorted(committed - stored) if history.drain_complete else []
     visible_rollbacks = sorted(rolled_back & (live | stored))
     violations: list[dict[str, object]] = [
         {"message_id": m, "rolled_back_but": "delivered"} for m in visible_rollbacks
@@ -310,7 +313,7 @@ def check_transactions(history: History) -> Check:
             "ends_lost": sum(t.checks > 0 and t.local != "unknown" for t in txs),
             "half_not_acknowledged": sum(t.half != Outcome.ACKNOWLEDGED.value for t in txs),
             "committed_missing_live": len(missing_live),
-            "committed_missing_stored": len(missing_stored),
+            "committed_missing_stored": len(missing_stored) if history.drain_complete else None,
             "rolled_back_visible": len(visible_rollbacks),
             "stored_twice": len(copies) - len(stored),
         },
