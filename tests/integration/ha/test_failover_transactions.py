@@ -140,3 +140,55 @@ async def test_a_promoted_slave_asks_about_a_half_its_master_checked_with_a_copy
         await eventually(
             lambda: half_records(slave) > 1, 10, lambda: "the promoted slave's check of the half"
         )
+
+
+async def test_a_demoted_master_whose_log_was_cut_forgets_the_transactions_it_resolved_there(
+    cluster: Cluster,
+) -> None:
+    """The master committed a transaction its slave never got (no commit, no op record); the
+    slave, promoted, left it open. The old master, demoted, cut those records to align with the
+    new master: promoted again, it must ask about the transaction. Its in-memory set of resolved
+    transactions, kept across the cut, said resolved, and the commit was lost for good."""
+    slow = {"transaction_timeout_ms": 1_500, "transaction_check_interval_ms": 100}
+    await cluster.start_broker("a", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    await cluster.start_broker("b", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow)
+    first, second = cluster.brokers["a"].broker, cluster.brokers["b"].broker
+    answer = TransactionResolution.COMMIT
+
+    async with TransactionProducer(
+        "FailoverTxProducer",
+        cluster.address,
+        local_transaction=lambda message, arg: TransactionResolution.UNKNOWN,
+        check=lambda message: answer,
+        heartbeat_ms=200,
+    ) as producer:
+        await producer.send_in_transaction(Message(TOPIC, b"paid"))
+        await eventually(lambda: half_records(second) == 1, 10, lambda: "the slave's copy of the half")
+        await second._stop_replication()  # what the master writes next stays on the master
+        await eventually(lambda: first.transactions.committed == 1, 10, lambda: "the master's commit")
+        answer = TransactionResolution.UNKNOWN  # the new master leaves it open
+
+    promoted = await cluster.brokers["b"].stub.ChangeRole(
+        broker_pb2.ChangeRoleRequest(role="ASYNC_MASTER", epoch=1, broker_id=0)
+    )
+    assert promoted.role == "ASYNC_MASTER"
+    await cluster.brokers["a"].stub.ChangeRole(
+        broker_pb2.ChangeRoleRequest(role="SLAVE", epoch=1, broker_id=1, master_addr=second.address)
+    )
+    await eventually(
+        lambda: half_records(first) == half_records(second) > 1,
+        15,
+        lambda: f"the demoted master's copy of the new master's checks: {half_records(first)}",
+    )
+    assert (queue := first.store.consume_queue(TOPIC, 0)) is None or queue.max_offset == 0  # cut
+
+    await cluster.stop_broker("b")
+    await cluster.brokers["a"].stub.ChangeRole(
+        broker_pb2.ChangeRoleRequest(role="ASYNC_MASTER", epoch=2, broker_id=0)
+    )
+    held = half_records(first)
+    await eventually(
+        lambda: half_records(first) > held, 10, lambda: "the re-promoted master's check of the half"
+    )
