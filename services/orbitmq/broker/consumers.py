@@ -54,10 +54,13 @@ class ClientInfo:
 
 
 class Session:
-    """One client's server-push stream; events wait in a bounded queue."""
+    """One server-push stream of a client; events wait in a bounded queue. ``groups``: the
+    producer and consumer groups its hello named (one process's producers share a client id,
+    each with a stream of its own)."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, groups: frozenset[str] = frozenset()) -> None:
         self.client_id = client_id
+        self.groups = groups
         self.events: asyncio.Queue[broker_pb2.ServerEvent] = asyncio.Queue(SESSION_QUEUE_LIMIT)
 
     def push(self, event: broker_pb2.ServerEvent) -> None:
@@ -71,7 +74,8 @@ class ClientRegistry:
         self._clock = clock
         self._expiry_ms = expiry_ms
         self._clients: dict[str, ClientInfo] = {}
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, list[Session]] = {}
+        """Open session streams by client id, oldest first."""
         self.membership_changes: dict[tuple[str, MembershipChange], int] = {}
         """Clients per (group, change) since the start, exported as metrics."""
         self.rebalance_notifications: dict[str, int] = {}
@@ -173,26 +177,45 @@ class ClientRegistry:
         return len(self._clients)
 
     def session_count(self) -> int:
-        return len(self._sessions)
+        return sum(len(sessions) for sessions in list(self._sessions.values()))
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def open_session(self, client_id: str) -> Session:
-        old = self._sessions.get(client_id)
-        if old is not None:
-            log.info("client %s opened a new session; the old one is replaced", client_id)
-        session = self._sessions[client_id] = Session(client_id)
+    def open_session(self, client_id: str, groups: Iterable[str] = ()) -> Session:
+        """A new stream of the client; it replaces one that named the same groups (the same
+        producer or consumer reconnecting), not the streams of the process's other producers:
+        a check-back for a group must reach the producer of that group, whose ``check`` knows
+        its transactions (RocketMQ's client instance picks the producer by group)."""
+        session = Session(client_id, frozenset(groups))
+        sessions = self._sessions.setdefault(client_id, [])
+        for old in [s for s in sessions if s.groups == session.groups]:
+            log.info("client %s opened a new session for %s; the old one is replaced", client_id, old.groups)
+            sessions.remove(old)
+        sessions.append(session)
         return session
 
     def close_session(self, session: Session) -> bool:
-        """Forget the session if it is still the client's current one."""
-        if self._sessions.get(session.client_id) is session:
-            del self._sessions[session.client_id]
-            return True
-        return False
+        """Forget the session; True when it was the client's last open one."""
+        sessions = self._sessions.get(session.client_id)
+        if not sessions or session not in sessions:
+            return False
+        sessions.remove(session)
+        if sessions:
+            return False
+        del self._sessions[session.client_id]
+        return True
 
-    def session(self, client_id: str) -> Session | None:
-        return self._sessions.get(client_id)
+    def session(self, client_id: str, group: str | None = None) -> Session | None:
+        """The client's newest stream; with ``group``, its newest stream that named the group,
+        else its newest that named none (a hello without groups speaks for all of them), never
+        the stream of another group's producer."""
+        sessions = self._sessions.get(client_id)
+        if not sessions:
+            return None
+        if group is None:
+            return sessions[-1]
+        named = next((s for s in reversed(sessions) if group in s.groups), None)
+        return named or next((s for s in reversed(sessions) if not s.groups), None)
 
     def notify_changed(self, groups: Iterable[str]) -> int:
         """Tell every member of each group with an open session; returns events queued."""
@@ -203,7 +226,7 @@ class ClientRegistry:
             )
             told = 0
             for client_id in self.consumer_ids(group):
-                session = self._sessions.get(client_id)
+                session = self.session(client_id, group) or self.session(client_id)
                 if session is not None:
                     session.push(event)
                     told += 1
@@ -215,7 +238,7 @@ class ClientRegistry:
     def push_to_group(self, group: str, event: broker_pb2.ServerEvent) -> int:
         sent = 0
         for client_id in self.consumer_ids(group):
-            session = self._sessions.get(client_id)
+            session = self.session(client_id, group) or self.session(client_id)
             if session is not None:
                 session.push(event)
                 sent += 1

@@ -662,7 +662,10 @@ class BrokerServicer(HaServicer, AuthAdminServicer, broker_pb2_grpc.BrokerServic
             raise RpcFailure(
                 ErrorReason.INVALID_ARGUMENT, "a session must start with a hello naming the client id"
             )
-        session = self.b.clients.open_session(first.hello.client_id)
+        hello = first.hello
+        session = self.b.clients.open_session(
+            hello.client_id, [*hello.producer_groups, *hello.consumer_groups]
+        )
         reader = asyncio.get_running_loop().create_task(
             self._read_session(session.client_id, request_iterator)
         )

@@ -243,7 +243,9 @@ class TransactionService:
             )
         )
         for client_id in self._clients.producer_clients(group):
-            session = self._clients.session(client_id)
+            # the stream of this group's producer: a process's producers share a client id, and
+            # another group's producer would answer with its own application's records
+            session = self._clients.session(client_id, group)
             if session is not None:
                 session.push(event)
                 self.checks_sent += 1
