@@ -142,22 +142,20 @@ class TransactionService:
         end, now, sent = queue.max_offset, self._clock.now_ms(), 0
         latest = self._latest(queue, offset, end)
         while offset < end:
-            unit = queue.unit_at(offset)
-            half = self._store.message_at(unit[0]) if unit else None
-            if half is not None:
-                transaction_id = transaction_id_of(half)
-                if transaction_id not in self._resolved and latest[transaction_id] == offset:
-                    # Not yet timed out: the halves after it are newer still. One stamped in the
-                    # future was stored before the wall clock stepped back: its age is unknown,
-                    # and waiting for the clock to catch up would hold every later check-back as
-                    # long as the step; it is checked now (a check is a question: a producer
-                    # answers UNKNOWN for a transaction still running).
-                    if 0 <= now - half.store_timestamp_ms < self._timeout_ms:
-                        break
-                    checked = await self._check(half, transaction_id)
-                    if checked < 0:  # not copied: asked about at the next pass, not skipped
-                        break
-                    sent += checked
+            found = self._open_half(queue, offset, latest)
+            if found is not None:
+                half, transaction_id = found
+                # Not yet timed out: the halves after it are newer still. One stamped in the
+                # future was stored before the wall clock stepped back: its age is unknown,
+                # and waiting for the clock to catch up would hold every later check-back as
+                # long as the step; it is checked now (a check is a question: a producer
+                # answers UNKNOWN for a transaction still running).
+                if 0 <= now - half.store_timestamp_ms < self._timeout_ms:
+                    break
+                checked = await self._check(half, transaction_id)
+                if checked < 0:  # not copied: asked about at the next pass, not skipped
+                    break
+                sent += checked
             offset += 1
             self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
         return sent
@@ -173,6 +171,20 @@ class TransactionService:
                 latest[transaction_id_of(half)] = offset
         return latest
 
+    def _open_half(
+        self, queue: ConsumeQueue, offset: int, latest: dict[str, int]
+    ) -> tuple[StoredMessage, str] | None:
+        """The half at ``offset`` and its transaction id while it is to be asked about: no op
+        record ended the transaction, and no later copy of it was appended."""
+        unit = queue.unit_at(offset)
+        half = self._store.message_at(unit[0]) if unit else None
+        if half is None:
+            return None
+        transaction_id = transaction_id_of(half)
+        if transaction_id in self._resolved or latest[transaction_id] != offset:
+            return None
+        return half, transaction_id
+
     def settle(self, claimed: int) -> None:
         """On a slave: move the check progress toward ``claimed`` (its master's, just copied) only
         past halves this log shows handled, resolved by an op record or copied by a check. The
@@ -187,13 +199,7 @@ class TransactionService:
         own = self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0)
         offset, stop = max(own, queue.min_offset), min(claimed, queue.max_offset)
         latest = self._latest(queue, offset, queue.max_offset)
-        while offset < stop:
-            unit = queue.unit_at(offset)
-            half = self._store.message_at(unit[0]) if unit else None
-            if half is not None:
-                transaction_id = transaction_id_of(half)
-                if transaction_id not in self._resolved and latest[transaction_id] == offset:
-                    break
+        while offset < stop and self._open_half(queue, offset, latest) is None:
             offset += 1
         if offset != own:
             self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
