@@ -21,7 +21,8 @@ ports on. The run (:func:`run`):
    every server's RSS, open files, threads, event-loop tasks and per-client tables are sampled
    every ``sample_s`` (:mod:`orbitmq.bench.soak_watch`). Reported: growth of each series from
    just after the warm-up (5 minutes, or the first 10 % of a shorter run) to the end, the
-   end-to-end p99 (send to the consumer's hands) of every minute and its drift.
+   end-to-end p99 (send to the consumer's hands) of every minute and its drift; tasks and open
+   files also idle, before the traffic and after the drain (``IDLE_JUDGED``).
 4. **Drain** — senders stop; every acknowledged message must be consumed (loss: those that
    were not, by path).
 
@@ -59,6 +60,11 @@ QUEUES = 8
 CAPACITY_IN_FLIGHT = 32
 MAX_OUTSTANDING = 256
 """Paced sends of one path in flight at most; past it the sender waits (and its lag shows)."""
+IDLE_JUDGED = ("/asyncio_tasks", "/open_sockets")
+"""Compared idle, before the traffic and after its drain (smallest value over 10 s against the
+largest over 5 s): under load tasks follow the requests in flight (the proxy's went from 25 to
+430 and back within a minute), so their growth under load is reported, not judged; sockets,
+not all files, as the broker's store files grow with its data until retention bounds them."""
 PER_CLIENT_TABLES = tuple(
     f"table:{name}"
     for name in (
@@ -73,7 +79,7 @@ PER_CLIENT_TABLES = tuple(
 )
 """Tables of clients themselves: back at their level from before any churn, not only at the
 level between the halves."""
-CHURN_RESOURCES = ("open_fds", "asyncio_tasks")
+CHURN_RESOURCES = ("open_fds", "open_sockets", "asyncio_tasks")
 """Judged after the churn beside the tables: a client gone must leave no socket or task (threads
 are not: thread pools grow lazily to their bound, a thread more is not a client's)."""
 HEARTBEAT_MS = 2_000
@@ -332,6 +338,7 @@ class Soak:
         }
         driver = proc_values(os.getpid())  # the churn's Python clients ran here
         found["driver/open_fds"] = driver.get("open_fds", 0)
+        found["driver/open_sockets"] = driver.get("open_sockets", 0)
         found["driver/asyncio_tasks"] = len(asyncio.all_tasks())
         return found
 
@@ -344,6 +351,17 @@ class Soak:
                 highest[name] = max(highest.get(name, value), value)
             if time.monotonic() >= deadline:
                 return highest
+            await asyncio.sleep(every_s)
+
+    async def lowest(self, seconds: float, every_s: float = 1.0) -> dict[str, float]:
+        """The smallest value of each table and resource over ``seconds`` of samples."""
+        low: dict[str, float] = {}
+        deadline = time.monotonic() + seconds
+        while True:
+            for name, value in (await self.tables_now()).items():
+                low[name] = min(low.get(name, value), value)
+            if time.monotonic() >= deadline:
+                return low
             await asyncio.sleep(every_s)
 
     async def back_to(self, before: dict[str, float], limit_s: float) -> tuple[dict[str, Any], float]:
@@ -392,6 +410,7 @@ async def _measure(
         await asyncio.sleep(2.0)  # rebalance, streams attached
         if churn:  # first: the soak's traffic leaves nothing behind to be told from the churn's
             result["churn"] = await _churn(soak, servers, churn, expiry_ms, echo)
+        idle_before = await soak.settle(5)
         echo(f"capacity: all paths flat out for {capacity_s:.0f} s")
         capacity = await soak.capacity(paths, capacity_s)
         rates = {name: max(1.0, rate / 2) for name, rate in capacity.items()}
@@ -409,6 +428,13 @@ async def _measure(
             for name, before in acked.items()
         }
         await soak.drain(max(600.0, duration_s / 4))
+        await asyncio.sleep(5.0)  # the last acks and long polls answered
+        idle_after = await soak.lowest(10)
+        result["idle"] = {
+            name: {"before": idle_before[name], "after": idle_after[name]}
+            for name in sorted(idle_after)
+            if name in idle_before and name.endswith(IDLE_JUDGED)
+        }
         warm = warmup_s(duration_s)
         window = max(sample_s * 3, warm)
         result["warmup_s"] = warm

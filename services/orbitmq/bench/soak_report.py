@@ -6,11 +6,13 @@ from typing import Any
 
 GROWTH_LIMIT = 0.10
 """The issue's bound: no resource grows more than 10 % after the warm-up."""
-SLACK = {"rss_anon_mb": 10.0, "open_fds": 8.0, "threads": 4.0, "asyncio_tasks": 20.0}
-"""The series judged, and the absolute growth below which one is not: a handful of file
+SLACK = {"rss_anon_mb": 10.0, "open_fds": 8.0, "threads": 4.0}
+"""The series judged under load, and the absolute growth below which one is not: a handful of file
 descriptors or tasks on a small base (a sidecar at 30 fds) is a percentage, not a leak.
 Memory is judged by its anonymous part: the broker's mapped commit-log pages (``rss_file_mb``)
 grow with the log until the kernel reclaims them, as any mmap store's do."""
+IDLE_SLACK = {"asyncio_tasks": 5.0, "open_sockets": 2.0}
+"""Idle, before and after the traffic: a timer or a pooled connection more is not a leak."""
 JUDGED_FROM_S = 600.0
 """Growth is judged in runs this long or longer; a shorter run's warm-up (10 % of it) leaves
 caches, pools and the allocator still filling, so its growth is reported, not judged."""
@@ -36,6 +38,10 @@ def verdict(result: dict[str, Any]) -> list[str]:
                     f"{server} {name} grew {figures['growth']:.1%} "
                     f"({figures['after_warmup']} -> {figures['at_end']}) after the warm-up"
                 )
+    for name, levels in result.get("idle", {}).items():
+        slack = IDLE_SLACK[name.rsplit("/", 1)[1]]
+        if levels["after"] > levels["before"] + slack:
+            problems.append(f"{name} idle at {levels['after']} after the traffic, {levels['before']} before")
     churn = result.get("churn")
     if churn:
         for name, levels in churn["above_before"].items():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-PROC_SERIES = ("rss_mb", "rss_anon_mb", "rss_file_mb", "open_fds", "threads")
+PROC_SERIES = ("rss_mb", "rss_anon_mb", "rss_file_mb", "open_fds", "open_sockets", "threads")
 
 
 @dataclass
@@ -46,8 +46,8 @@ class Samples:
 def proc_values(pid: int) -> dict[str, float]:
     """RSS (MB; also split into anonymous memory and mapped file pages: the broker maps its
     commit log, whose pages count as resident as they are written and read, and the kernel
-    takes back under pressure, so a leak shows in ``rss_anon_mb``), open file descriptors and
-    threads of ``pid``; empty once it is gone."""
+    takes back under pressure, so a leak shows in ``rss_anon_mb``), open file descriptors (and
+    how many are sockets) and threads of ``pid``; empty once it is gone."""
     values: dict[str, float] = {}
     try:
         with open(f"/proc/{pid}/status") as status:
@@ -60,10 +60,19 @@ def proc_values(pid: int) -> dict[str, float]:
                     values["rss_file_mb"] = int(line.split()[1]) / 1024
                 elif line.startswith("Threads:"):
                     values["threads"] = int(line.split()[1])
-        values["open_fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+        fds = os.listdir(f"/proc/{pid}/fd")
+        values["open_fds"] = len(fds)
+        values["open_sockets"] = sum(_is_socket(pid, fd) for fd in fds)
     except OSError:
         return {}
     return values
+
+
+def _is_socket(pid: int, fd: str) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    except OSError:  # closed meanwhile
+        return False
 
 
 def metrics_values(url: str) -> dict[str, float]:

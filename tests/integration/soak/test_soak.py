@@ -87,4 +87,6 @@ def test_growth_is_reported_for_every_server_and_the_run_passes(result: dict) ->
         figures = result["growth"][server]
         for series in ("rss_mb", "rss_anon_mb", "open_fds", "threads", "asyncio_tasks"):
             assert series in figures, (server, series)
+    for server in SERVERS:  # judged idle, before the traffic and after its drain
+        assert {f"{server}/asyncio_tasks", f"{server}/open_sockets"} <= set(result["idle"]), server
     assert result["exit"] == 0 and result["stdout"].rstrip().endswith("PASS"), result["stdout"]

@@ -55,3 +55,11 @@ def test_a_table_is_not_back_while_its_smallest_value_after_is_above_its_largest
     assert tables_back(before, {"broker/table:broker_clients": 4.0, "proxy/series": 70.0}) == {
         "broker/table:broker_clients": {"before": 3.0, "after": 4.0}
     }
+
+
+def test_tasks_and_sockets_are_judged_idle_before_and_after_the_traffic() -> None:
+    idle = {
+        "proxy/asyncio_tasks": {"before": 40.0, "after": 44.0},
+        "sidecar/open_sockets": {"before": 6.0, "after": 9.0},
+    }
+    assert verdict({"idle": idle}) == ["sidecar/open_sockets idle at 9.0 after the traffic, 6.0 before"]
