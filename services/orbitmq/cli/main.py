@@ -10,6 +10,23 @@ import click
 from orbitmq import __version__
 
 
+def _made(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """The directory, created (with its parents) when it does not exist yet."""
+    if value is not None:
+        value.mkdir(parents=True, exist_ok=True)
+    return value
+
+
+work_dir_option = click.option(
+    "--dir",
+    "work_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    callback=_made,
+    help="Where the benchmark's temporary stores go, created if missing (default: the system temp dir).",
+)
+"""Every bench command's ``--dir``."""
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orbitmq")
 @click.option(
@@ -51,12 +68,7 @@ def bench() -> None:
     type=click.FloatRange(0, 64),
     help="Size of the store opened for open_rss_mb (0 skips it).",
 )
-@click.option(
-    "--dir",
-    "work_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where to put the benchmark's temporary stores (default: system temp dir).",
-)
+@work_dir_option
 def bench_store(
     as_json: bool, messages: int, sync_messages: int, rss_gib: float, work_dir: Path | None
 ) -> None:
@@ -65,8 +77,6 @@ def bench_store(
     from orbitmq.bench.store import run
     from orbitmq.cli.progress import wanted
 
-    if work_dir is not None:
-        work_dir.mkdir(parents=True, exist_ok=True)
     run(
         lambda f: emit(f, as_json),
         messages=messages,
@@ -80,7 +90,7 @@ def bench_store(
 @bench.command("send")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
 @click.option("--messages", default=20_000, show_default=True, type=click.IntRange(1_000, 1_000_000))
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 @click.option(
     "--replication", is_flag=True, help="Instead: SYNC_MASTER vs ASYNC_MASTER sends and slave catch-up."
 )
@@ -124,7 +134,7 @@ bench.add_command(bench_send, "pull")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per figure.")
 @click.option("--messages", default=50_000, show_default=True, type=click.IntRange(1_000, 10_000_000))
 @click.option("--max-in-flight", default=64, show_default=True, type=click.IntRange(1, 10_000))
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 def bench_sidecar(as_json: bool, messages: int, max_in_flight: int, work_dir: Path | None) -> None:
     """Deliveries through the consumer sidecar against a direct push consumer."""
     from orbitmq.bench.figures import emit
@@ -155,7 +165,7 @@ def bench_sidecar(as_json: bool, messages: int, max_in_flight: int, work_dir: Pa
 @click.option(
     "--consume-only", is_flag=True, help="Only the drain of --messages (e2e_consume and its CPU per message)."
 )
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 @click.option(
     "--secure",
     is_flag=True,
@@ -211,7 +221,7 @@ def bench_e2e(
 @click.option(
     "--in-flight", default=16, show_default=True, type=click.IntRange(1, 1_024), help="Sends outstanding."
 )
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 @click.option(
     "--clients",
     default="python,java",
@@ -308,8 +318,6 @@ def bench_peer(
         or len(set(chosen_systems)) < len(chosen_systems)
     ):
         raise click.BadParameter(f"{systems!r}: one or both of {', '.join(SYSTEMS)}", param_hint="--systems")
-    if work_dir is not None:
-        work_dir.mkdir(parents=True, exist_ok=True)
     try:
         run(
             lambda f: emit(f, as_json),
@@ -335,7 +343,7 @@ def bench_peer(
     type=click.IntRange(1_000, 10_000_000),
     help="The stream's micro-batch size (at most half of --messages).",
 )
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 def bench_spark(as_json: bool, messages: int, max_offsets_per_trigger: int, work_dir: Path | None) -> None:
     """The Spark data source reading a backlog (batch count, stream) against a pull consumer."""
     try:
@@ -369,7 +377,7 @@ def bench_spark(as_json: bool, messages: int, max_offsets_per_trigger: int, work
     help="Requests to each server, shared equally by its RPCs.",
 )
 @click.option("--seed", default=27, show_default=True, type=int, help="Hypothesis seed (a run repeats).")
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 def bench_fuzz(as_json: bool, requests: int, seed: int, work_dir: Path | None) -> None:
     """Property-based requests (hypothesis) at every RPC of the name server, broker, proxy and
     sidecar; exits 1 when a server failed a check (tests/integration/fuzz runs it small)."""
@@ -411,7 +419,7 @@ def bench_fuzz(as_json: bool, requests: int, seed: int, work_dir: Path | None) -
 @click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON result here too."
 )
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False, path_type=Path))
+@work_dir_option
 def bench_soak(
     as_json: bool,
     duration_s: float,
