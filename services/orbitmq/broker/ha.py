@@ -336,7 +336,8 @@ class ReplicationClient:
         # The check-back progress is this log's own, moved toward the master's only past what
         # this log shows handled (TransactionService.settle).
         claimed = tables.consumer_offsets.query(*progress)
-        tables.consumer_offsets.commit(*progress, max(own, 0))
+        if claimed != own:  # the copy brought the master's: keep this log's (no entry: none yet)
+            tables.consumer_offsets.commit(*progress, max(own, 0))
         await asyncio.to_thread(self.b.transactions.settle, claimed)
         if reply.auth:  # empty from a master older than the users and ACLs table
             await self.b.auth_store.import_json(reply.auth, source)

@@ -197,11 +197,12 @@ class TransactionService:
         if queue is None:
             return
         own = self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0)
-        offset, stop = max(own, queue.min_offset), min(claimed, queue.max_offset)
+        start = offset = max(own, queue.min_offset)
+        stop = min(claimed, queue.max_offset)
         latest = self._latest(queue, offset, queue.max_offset)
         while offset < stop and self._open_half(queue, offset, latest) is None:
             offset += 1
-        if offset != own:
+        if offset > start:  # past a handled half: a progress the master has too, none before
             self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
 
     def forget(self) -> None:

@@ -192,3 +192,23 @@ async def test_a_demoted_master_whose_log_was_cut_forgets_the_transactions_it_re
     await eventually(
         lambda: half_records(first) > held, 10, lambda: "the re-promoted master's check of the half"
     )
+
+
+async def test_a_slave_holds_no_check_progress_its_master_has_not(cluster: Cluster) -> None:
+    """A master that never checked a half has no check progress; its slave, copying the
+    master's tables, must not make one up (each copy wrote 0 for a progress neither had: an
+    offsets table, and metric series, the master lacks; benchmarks/cardinality_bench.py
+    waited for the slave's offsets to match the master's and never saw them match)."""
+    ha = {"replica_config_interval_ms": 100}
+    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **ha)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    await cluster.start_broker("a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **ha)
+    master = cluster.brokers["a-master"].broker
+    slave = cluster.brokers["a-slave"].broker
+    master.offsets.commit("SomeGroup", TOPIC, 0, 1)
+    await eventually(lambda: slave.offsets.query("SomeGroup", TOPIC, 0) == 1, 10, lambda: "no config copy")
+    await asyncio.sleep(0.3)  # a few more copies
+    assert master.offsets.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0) == -1
+    assert slave.offsets.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0) == -1
+    assert set(slave.offsets.snapshot()) == set(master.offsets.snapshot())
