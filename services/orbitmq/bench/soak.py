@@ -344,24 +344,23 @@ class Soak:
 
     async def settle(self, seconds: float, every_s: float = 1.0) -> dict[str, float]:
         """The largest value of each table over ``seconds`` of samples."""
-        highest: dict[str, float] = {}
-        deadline = time.monotonic() + seconds
-        while True:
-            for name, value in (await self.tables_now()).items():
-                highest[name] = max(highest.get(name, value), value)
-            if time.monotonic() >= deadline:
-                return highest
-            await asyncio.sleep(every_s)
+        return await self._extreme(max, seconds, every_s)
 
     async def lowest(self, seconds: float, every_s: float = 1.0) -> dict[str, float]:
         """The smallest value of each table and resource over ``seconds`` of samples."""
-        low: dict[str, float] = {}
+        return await self._extreme(min, seconds, every_s)
+
+    async def _extreme(
+        self, pick: Callable[[float, float], float], seconds: float, every_s: float
+    ) -> dict[str, float]:
+        """``pick`` (max or min) of each table's samples, one every ``every_s`` for ``seconds``."""
+        kept: dict[str, float] = {}
         deadline = time.monotonic() + seconds
         while True:
             for name, value in (await self.tables_now()).items():
-                low[name] = min(low.get(name, value), value)
+                kept[name] = pick(kept.get(name, value), value)
             if time.monotonic() >= deadline:
-                return low
+                return kept
             await asyncio.sleep(every_s)
 
     async def back_to(self, before: dict[str, float], limit_s: float) -> tuple[dict[str, Any], float]:
