@@ -7,6 +7,13 @@ transaction id, so the outcome survives restarts. Half messages left unresolved 
 transaction timeout are checked back with the producer group over a client's session stream;
 each check re-appends the half message with its check count (so the scan always moves forward),
 and after ``check_max`` checks it is discarded and logged.
+
+The ids of ended transactions are kept only while a half of theirs is at or after the check
+progress, where a check pass or a late end could still meet it: behind the progress every half
+was handled (ended, or copied by a check), so a late end of a half back there whose id is not
+kept, and of which no copy is still open, is one the broker already applied, and is refused.
+The set is bounded by the halves of the last transaction timeout, not by every transaction the
+broker ever saw (a soak found it growing by one per transaction).
 """
 
 from __future__ import annotations
@@ -72,6 +79,15 @@ class TransactionService:
         self.committed = self.rolled_back = self.checks_sent = self.discarded = 0
 
     def load(self) -> None:
+        """Read the op topic at start (and after the log was cut), keeping the ids of the
+        transactions with a half still ahead of the check progress: the others are forgotten
+        now, not at the first check pass a minute later (a store holds millions of op records)."""
+        self._read_ops()
+        queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
+        if queue is not None:
+            self._open_from_progress(queue)
+
+    def _read_ops(self) -> None:
         """Add the op topic's records not read yet to the set of resolved transactions: at start,
         and before every check pass, since a slave promoted to master got its master's op records
         by replication, never through :meth:`end` (a set read once at its start made it check
@@ -104,6 +120,12 @@ class TransactionService:
         transaction_id = transaction_id_of(half)
         if transaction_id in self._resolved:
             return
+        if self._ended_before(half, transaction_id):
+            raise RpcFailure(
+                ErrorReason.INVALID_OFFSET,
+                f"transaction {transaction_id} (half message at commit log offset {commit_log_offset}) "
+                "was already ended, or discarded after its checks: an end is applied once",
+            )
         if resolution == TransactionResolution.COMMIT:
             real = restore(
                 half, drop=(Property.TRANSACTION_PREPARED, CHECK_TIMES), sys_flag=SysFlag.TRANSACTION_COMMIT
@@ -115,6 +137,32 @@ class TransactionService:
         else:
             self.rolled_back += 1
         await self._record(transaction_id, OP_DONE_TAG)
+
+    def _ended_before(self, half: StoredMessage, transaction_id: str) -> bool:
+        """Whether the transaction of ``half``, whose id is not kept, was handled: the half is
+        behind the check progress and no copy of it is open at or after it. Only a late end
+        (a retry long after the first, an answer to an old check) gets this far back, so the
+        scan of the open halves is rare."""
+        queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
+        if queue is None:
+            return False
+        progress = self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0)
+        if half.queue_offset >= progress:
+            return False
+        return transaction_id not in self._latest(queue, max(progress, queue.min_offset), queue.max_offset)
+
+    def _open_from_progress(self, queue: ConsumeQueue) -> tuple[int, int, dict[str, int]]:
+        """The check progress, the half queue's end and the last offset of each transaction
+        between them (:meth:`_latest`); forgets the ended transactions with no half there, as
+        every half of theirs is behind the progress. The ids are taken before the end is read:
+        an id ended later may have a half past that end; one ended before gets no new half, as a
+        check copies only open transactions."""
+        kept = set(self._resolved)
+        offset = max(self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0), queue.min_offset)
+        end = queue.max_offset
+        latest = self._latest(queue, offset, end)
+        self._resolved.difference_update(kept.difference(latest))
+        return offset, end, latest
 
     async def _record(self, transaction_id: str, tag: str) -> None:
         op = InboundMessage(
@@ -134,13 +182,12 @@ class TransactionService:
 
     async def check_once(self) -> int:
         """One pass over unresolved half messages; returns how many checks were sent."""
-        self.load()
+        self._read_ops()
         queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
         if queue is None:
             return 0
-        offset = max(self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0), queue.min_offset)
-        end, now, sent = queue.max_offset, self._clock.now_ms(), 0
-        latest = self._latest(queue, offset, end)
+        offset, end, latest = self._open_from_progress(queue)
+        now, sent = self._clock.now_ms(), 0
         while offset < end:
             found = self._open_half(queue, offset, latest)
             if found is not None:
@@ -192,14 +239,12 @@ class TransactionService:
         never coming: written while no slave confirmed them); a slave that took it and was
         promoted before they arrived never asked about those transactions again, and a
         committed one never became visible."""
-        self.load()
+        self._read_ops()
         queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
         if queue is None:
             return
-        own = self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0)
-        start = offset = max(own, queue.min_offset)
-        stop = min(claimed, queue.max_offset)
-        latest = self._latest(queue, offset, queue.max_offset)
+        start, end, latest = self._open_from_progress(queue)
+        offset, stop = start, min(claimed, end)
         while offset < stop and self._open_half(queue, offset, latest) is None:
             offset += 1
         if offset > start:  # past a handled half: a progress the master has too, none before
@@ -262,4 +307,5 @@ class TransactionService:
 
     @property
     def resolved_count(self) -> int:
+        """Ended transactions whose ids are kept (the ``broker_resolved_transactions`` table)."""
         return len(self._resolved)
