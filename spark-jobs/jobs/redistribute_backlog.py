@@ -6,9 +6,10 @@ offsets past it so the backlog is consumed once, from the new topic.
         --namesrv 127.0.0.1:9876 --topic Orders --group billing \\
         --target Orders-wide --create-queues 16 --order-by key
 
-The runbook this automates: stop the group's consumers; copy the backlog onto a topic with
-several times the queues; start more consumers of the group on it (they subscribe the target
-too, and keep the old topic for what arrives after the copy); scale back once it is drained.
+The procedure this automates (``docs/how-to/move-backlog-with-spark.md`` walks through it): stop
+the group's consumers; copy the backlog onto a topic with several times the queues; start more
+consumers of the group on it (they subscribe the target too, and keep the old topic for what
+arrives after the copy); scale back once it is drained.
 
 What the job does, in this order (each step is safe to repeat, so a failed run is rerun as is):
 

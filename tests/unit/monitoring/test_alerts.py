@@ -135,7 +135,9 @@ def test_every_alert_has_for_severity_summary_description_and_runbook(rule: dict
 
 
 def test_the_runbook_has_one_section_per_alert() -> None:
-    sections = re.findall(r"^## (\S+)$", RUNBOOK.read_text(), flags=re.MULTILINE)
+    """The how-to page has its own sections too (before you start, set up); every ``## OrbitMQ…``
+    heading is an alert's, in the rules' order, so a renamed, added or dropped alert fails here."""
+    sections = re.findall(r"^## (OrbitMQ\S*)$", RUNBOOK.read_text(), flags=re.MULTILINE)
     assert sections == NAMES
 
 
