@@ -2,11 +2,12 @@
 """The real node's storage: a small hostPath provisioner, so a PVC binds as in a real cluster.
 
 Without it a PersistentVolumeClaim on the test bed stays Pending (there is no cloud disk and no
-provisioner), and the README's chart install, which names no storage class, never gets a broker
-running. `scripts/k8s-testbed up --real-node` creates the StorageClass `orbitmq-local-path`
-(the cluster's default, `WaitForFirstConsumer`, reclaim `Delete`) and runs this file as a host
-process with the admin identity, in the manner of rancher's local-path-provisioner but without
-its helper pods (this process is root on the node's host, so it makes the directory itself):
+provisioner), and the chart install of docs/operations/kubernetes.md, which names no storage
+class, never gets a broker running. `scripts/k8s-testbed up --real-node` creates the StorageClass
+`orbitmq-local-path` (the cluster's default, `WaitForFirstConsumer`, reclaim `Delete`) and runs
+this file as a host process with the admin identity, in the manner of rancher's
+local-path-provisioner but without its helper pods (this process is root on the node's host, so
+it makes the directory itself):
 
 * a Pending PVC of that class whose pod the scheduler has placed (annotation
   `volume.kubernetes.io/selected-node`) gets a directory `<root>/<namespace>-<pvc>-<uid8>`,

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 class OrbitmqDataSource(DataSource):
-    """Format ``orbitmq``; see the module docstring and the README's Spark section."""
+    """Format ``orbitmq``; see the module docstring and docs/operations/spark.md."""
 
     @classmethod
     def name(cls) -> str:

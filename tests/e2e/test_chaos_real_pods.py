@@ -22,7 +22,7 @@ as ``orbitmq chaos`` run throughout; the ordered topic lives on the kept group o
 moved to another group's queue is not ordered after its backlog in RocketMQ either. Every checker
 must pass: no acknowledged message lost, no reordering, duplicates within their bound, recovery
 after every fault. The result (and the HTML report) is written to $ORBITMQ_CHAOS_K8S_OUT or the
-test's temporary directory; the recovery table is printed (figures in benchmarks/README.md).
+test's temporary directory; the recovery table is printed (figures in docs/benchmarks.md).
 """
 
 from __future__ import annotations

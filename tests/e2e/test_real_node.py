@@ -304,8 +304,8 @@ def test_orbitmq_pods_run_produce_consume_and_restart(k8s_real_node: K8sCluster,
 
 
 def test_a_claim_without_a_class_binds_on_the_real_node(k8s_real_node: K8sCluster) -> None:
-    """The README's install names no storage class: the test bed's default class and its
-    hostPath provisioner bind such a claim (it stayed Pending before), the pod's uid 10001 may
+    """The install of docs/operations/kubernetes.md names no storage class: the test bed's default
+    class and its hostPath provisioner bind such a claim (it stayed Pending before), the pod's uid 10001 may
     write there, and deleting the claim deletes the volume and its directory."""
     cluster = k8s_real_node
     ns = f"e2e-storage-{os.urandom(2).hex()}"

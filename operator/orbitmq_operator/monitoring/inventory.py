@@ -27,7 +27,7 @@ SOURCES = (
     "orbitmq.auth.audit",
     "orbitmq_operator.metrics",
 )
-"""The modules that define every ``orbitmq_*`` family (DESIGN §9, README "Metrics")."""
+"""The modules that define every ``orbitmq_*`` family (DESIGN §9, docs/reference/metrics.md)."""
 
 INFO_USERS = ("orbitmq_operator.handlers.failover",)
 """Modules that set an ``Info`` family's value: its labels are the keys of the dict they pass to

@@ -1,5 +1,5 @@
-"""``orbitmq bench send --replication``: what synchronous replication costs (ARCHITECTURE.md, "Replication
-and failover").
+"""``orbitmq bench send --replication``: what synchronous replication costs
+(docs/architecture.md, "Replication and failover").
 
 Two master/slave pairs run as child processes. Figures (1 KiB bodies, 128 per send, 8 sends
 in flight):

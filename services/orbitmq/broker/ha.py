@@ -1,4 +1,4 @@
-"""Master/slave replication, SYNC_MASTER acknowledgements and role changes with epochs (ARCHITECTURE.md,
+"""Master/slave replication, SYNC_MASTER acknowledgements and role changes with epochs (docs/architecture.md,
 "Replication and failover").
 
 * **Master side** — :class:`ReplicaTracker` knows each connected slave's acknowledged offset;

@@ -1,4 +1,4 @@
-"""Broker metrics (README, "Metrics"): counters and histograms updated by handlers, plus gauges read
+"""Broker metrics (docs/reference/metrics.md): counters and histograms updated by handlers, plus gauges read
 from the store, offset table and lock table at scrape time (so they are never stale).
 
 Hot-path figures (sends, pulls, commit-log fsyncs) are plain tallies (:class:`_Tally`,

@@ -482,7 +482,7 @@ class Broker:
 
     async def acknowledged(self, result: PutResult) -> PutResult:
         """``result`` once the send may be acknowledged: at once by default, after its fsync
-        under SYNC_FLUSH, and on a SYNC_MASTER once a slave holds it (ARCHITECTURE.md, "Replication and
+        under SYNC_FLUSH, and on a SYNC_MASTER once a slave holds it (docs/architecture.md, "Replication and
         failover")."""
         if result.ok and self.service.waits_for_flush:
             result = await self.service.durable(result)

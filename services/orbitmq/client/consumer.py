@@ -284,7 +284,7 @@ class PushConsumer:
 
     def _read_address(self, mq: MessageQueue) -> str:
         """Where to pull ``mq`` from: its master, unless the master advised a slave or has just
-        been unreachable and a slave is known (ARCHITECTURE.md, "Replication and failover"); back to the
+        been unreachable and a slave is known (docs/architecture.md, "Replication and failover"); back to the
         master as soon as it
         answers again or stops advising otherwise."""
         route = self._routes[mq.topic]

@@ -1,4 +1,4 @@
-"""Client-side consumer metrics (README, "Metrics"), on the host's registry or a private one."""
+"""Client-side consumer metrics (docs/reference/metrics.md), on the host's registry or a private one."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class ConsumeFromWhere(Enum):
 
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
-    """README, "Client library" defaults; every duration in milliseconds."""
+    """The defaults of docs/operations/client-library.md; every duration in milliseconds."""
 
     pull_batch: int = 32
     """Messages a pull asks for while the consumer keeps up (RocketMQ's pullBatchSize)."""

@@ -158,7 +158,7 @@ class GenericRegistrar:
     method as "registered methods". grpc.aio keeps one pending request per registered method
     and, for every incoming call, waits on all of them with ``asyncio.wait``: each registered
     method costs each call about a microsecond, so the Broker service's 32 methods added about
-    20 % to the CPU a send takes on top of a bare echo server (``benchmarks/README.md``). A
+    20 % to the CPU a send takes on top of a bare echo server (``docs/benchmarks.md``). A
     generic handler is one dictionary lookup per call.
     """
 
@@ -198,7 +198,7 @@ def error_mapping_registrar(server: grpc.aio.Server) -> GenericRegistrar:
 
     Wrapping once at registration, rather than in a server interceptor, keeps the per-call cost
     at one extra coroutine frame: grpc.aio runs interceptors on every call, which took about
-    10 % of a bare echo server's calls a second (``benchmarks/README.md``).
+    10 % of a bare echo server's calls a second (``docs/benchmarks.md``).
     """
     return GenericRegistrar(server, with_error_mapping)
 

@@ -1,5 +1,5 @@
-"""High availability: who is master of a broker group, decided by pure code (ARCHITECTURE.md, "Replication
-and failover").
+"""High availability: who is master of a broker group, decided by pure code
+(docs/architecture.md, "Replication and failover").
 
 :mod:`orbitmq.ha.decision` turns an observed snapshot of a broker group into a
 :class:`~orbitmq.ha.decision.Decision`; the local supervisor and the Kubernetes operator do the

@@ -6,7 +6,8 @@ observation as ``now_ms``, and carries out the returned :class:`Decision` (promo
 demote others). Keeping the rules here, apart from the processes and pods, lets both callers
 fail over identically and lets the rules be tested exhaustively without brokers.
 
-The rules follow RocketMQ's DLedger / Kafka's leader epochs (ARCHITECTURE.md, "Replication and failover"):
+The rules follow RocketMQ's DLedger / Kafka's leader epochs
+(docs/architecture.md, "Replication and failover"):
 
 * The **epoch** only grows. The group's current epoch is the highest epoch any member reports.
   A member claiming MASTER under a lower epoch is a returning old master: somebody has been

@@ -45,7 +45,7 @@ class RouteOutcome(enum.Enum):
 
 
 class NameServerMetrics:
-    """The name server's Prometheus families (README, "Metrics"), on the server's registry."""
+    """The name server's Prometheus families (docs/reference/metrics.md), on the server's registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.brokers = Gauge(

@@ -1,4 +1,4 @@
-"""The proxy's Prometheus families (the conventions of README, "Metrics"), on its server's registry.
+"""The proxy's Prometheus families (the conventions of docs/reference/metrics.md), on its server's registry.
 
 Requests are counted by RPC and by the v2 ``Code`` they were answered with (the code, not a gRPC
 status, is what v2 clients act on), and timed by RPC; connected clients are counted at scrape

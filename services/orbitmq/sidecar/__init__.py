@@ -1,1 +1,1 @@
-"""The consumer sidecar (README, "Consumer sidecar") and the thin client applications use to talk to it."""
+"""The consumer sidecar (docs/concepts/sidecar.md) and the thin client applications use to talk to it."""

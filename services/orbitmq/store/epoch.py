@@ -1,11 +1,10 @@
 """The epoch file of a broker's store, and where two brokers' logs stop agreeing.
 
-Every time a broker becomes master it does so under a new, larger **epoch** (ARCHITECTURE.md, "Replication
-and failover") and
-records ``(epoch, start offset)``: the physical offset of the commit log at which it started
-writing as that epoch's master. A slave records the same entries as it replicates, so the file is
-the history of who wrote which stretch of the log, like Kafka's ``leader-epoch-checkpoint`` or
-RocketMQ's ``EpochFileCache``.
+Every time a broker becomes master it does so under a new, larger **epoch**
+(docs/architecture.md, "Replication and failover") and records ``(epoch, start offset)``: the
+physical offset of the commit log at which it started writing as that epoch's master. A slave
+records the same entries as it replicates, so the file is the history of who wrote which stretch
+of the log, like Kafka's ``leader-epoch-checkpoint`` or RocketMQ's ``EpochFileCache``.
 
 When an old master rejoins as a slave, its log may hold a tail the new master never had
 (messages it wrote after it was cut off). :func:`common_point` compares the two histories and

@@ -672,10 +672,9 @@ class MessageStore:
     ) -> GetResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ's getMessage).
 
-        Statuses and the next offset the consumer must use follow README, "The storage engine"; a master
-        corrects
-        the consumer's offset, a slave only if ``offset_check_in_slave``. ``group`` is carried
-        for the broker's statistics and filters; the store itself does not use it.
+        Statuses and the next offset the consumer must use follow docs/architecture.md, "The storage
+        engine"; a master corrects the consumer's offset, a slave only if ``offset_check_in_slave``.
+        ``group`` is carried for the broker's statistics and filters; the store itself does not use it.
         """
         del group
         queue = self._queues.get((topic, queue_id))

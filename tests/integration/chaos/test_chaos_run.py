@@ -24,7 +24,8 @@ PROCESS_FAULTS = [f"{a}-{r}" for a in ("kill", "pause") for r in ("master", "nam
 """Named, so faults added to the registry later do not change what this seed draws."""
 WORKLOADS = ["sync", "batch", "ordered"]
 """The client library's senders and push groups (the gateways' and transactions' run in
-``test_chaos_workloads.py``): what this run's figures in the README were measured with."""
+``test_chaos_workloads.py``): what this run's figures in docs/operations/fault-injection.md were
+measured with."""
 
 
 def test_three_fault_rounds_lose_no_acknowledged_message_and_keep_order(tmp_path: Path) -> None:

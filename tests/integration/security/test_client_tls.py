@@ -210,7 +210,7 @@ async def test_sidecar_sends_and_consumes_through_a_tls_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """sidecar → broker: its producer and its consumer reach the cluster with ``ORBITMQ_TLS_*``
-    (README: the sidecar reaches the cluster as clients do)."""
+    (docs/operations/security.md: the sidecar reaches the cluster as clients do)."""
     cluster = await start_tls_cluster(tmp_path)
     monkeypatch.setenv("ORBITMQ_TLS_CA", str(cluster.pki.ca))
     sidecar = Sidecar(

@@ -1,4 +1,5 @@
-"""The README's sidecar example runs as written against a real sidecar and cluster."""
+"""The sidecar example of docs/operations/client-library.md runs as written against a real sidecar
+and cluster."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from clusterkit import start_cluster
 from test_sidecar import start_sidecar
 
 pytestmark = pytest.mark.timeout(90)
-README = Path(__file__).resolve().parents[3] / "README.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs/operations/client-library.md"
 
 
 async def test_readme_sidecar_example_runs(tmp_path: Path) -> None:
-    match = re.search(r"<!-- example: sidecar .*?-->\s*```python\n(.*?)```", README.read_text(), re.S)
-    assert match, "README.md lost its sidecar example block"
+    match = re.search(r"<!-- example: sidecar .*?-->\s*```python\n(.*?)```", PAGE.read_text(), re.S)
+    assert match, f"{PAGE.name} lost its sidecar example block"
     script = tmp_path / "app.py"
     script.write_text(match.group(1))
     cluster = await start_cluster(tmp_path)

@@ -1,5 +1,5 @@
-"""The failover decision, rule by rule (ARCHITECTURE.md, "Replication and failover"), then as a property over
-random groups."""
+"""The failover decision, rule by rule (docs/architecture.md, "Replication and failover"), then as
+a property over random groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reading: every status and next-offset rule of README, "The storage engine", bounds, filters and queries."""
+"""Reading: every status and next-offset rule of docs/architecture.md, "The storage engine", bounds,
+filters and queries."""
 
 from __future__ import annotations
 
