@@ -26,6 +26,7 @@ from orbitmq.docsgen.markdown import (
     value,
 )
 
+_HEADER = ("Option / environment", "Type", "Default", "Description")
 SHARED_MIN = 5
 """An option given by at least this many commands, with the same help in all, is described once."""
 
@@ -36,7 +37,10 @@ def render(main: click.Group | None = None) -> str:
         from orbitmq.cli.main import main
     root = click.Context(main, info_name="orbitmq")
     commands = list(_walk(main, root))
-    rows = {path: [_option_row(param) for param in _options(cmd)] for path, cmd, _ in commands}
+    settings = _settings_fields()
+    rows = {
+        path: [_option_row(param, settings.get(path)) for param in _options(cmd)] for path, cmd, _ in commands
+    }
     shared = _shared(rows)
     anchors = Anchors()
     lines = page_header(
@@ -44,9 +48,9 @@ def render(main: click.Group | None = None) -> str:
         "the click commands of `services/orbitmq/cli/`",
         "Every `orbitmq` command, in the order `orbitmq --help` lists them, with its options: the "
         "type and allowed values, the default, the environment variable read when the option is "
-        "not given, and the help text. Anchors: `#orbitmq-<command words>` for a command "
-        "(`#orbitmq-admin-topic-create`) and `#orbitmq-<command words>--<option>` for one of its "
-        "options (`#orbitmq-broker--listen`).",
+        "not given (`$NAME` under the option), and the help text. Anchors: "
+        "`#orbitmq-<command words>` for a command (`#orbitmq-admin-topic-create`) and "
+        "`#orbitmq-<command words>--<option>` for one of its options (`#orbitmq-broker--listen`).",
     )
     lines += _shared_section(rows, shared, anchors)
     for path, cmd, ctx in commands:
@@ -82,11 +86,29 @@ def _options(cmd: click.Command) -> list[click.Option]:
     return [p for p in cmd.params if isinstance(p, click.Option) and not p.hidden]
 
 
-def _option_row(param: click.Option) -> tuple[str, str, str, str, str]:
-    """(names, type, default, environment, help) of one option, each rendered for a cell."""
+def _settings_fields() -> dict[str, tuple[str, frozenset[str]]]:
+    """Command path of each server process -> (its environment prefix, its field names): an
+    option named like a field sets that setting (the server commands pass their flags on)."""
+    from orbitmq.docsgen.settings_page import ROLES
+
+    return {
+        f"orbitmq {role.command}": (role.prefix(), frozenset(role.model().model_fields)) for role in ROLES
+    }
+
+
+def _option_row(
+    param: click.Option, settings: tuple[str, frozenset[str]] | None = None
+) -> tuple[str, str, str, str, str]:
+    """(names, type, default, environment, help) of one option, each rendered for a cell;
+    ``settings`` (environment prefix, field names) links an option that sets a server setting."""
     names = " ".join(code(opt) for opt in (*param.opts, *param.secondary_opts))
     env = param.envvar if isinstance(param.envvar, str) else ", ".join(param.envvar or ())
     help_text = prose(param.help)
+    if settings is not None and param.name in settings[1]:
+        variable = f"{settings[0]}{param.name.upper()}"
+        link = f"[{code(param.name)}](settings.md#{slug(variable.removeprefix('ORBITMQ_'))})"
+        help_text = f"{help_text} Setting {link}.".strip()
+        env = env or variable  # the settings loader reads it when the flag is not given
     if param.required:
         help_text = ("**Required.** " + help_text).strip()
     if param.multiple:
@@ -145,8 +167,8 @@ def _shared_section(
     body = []
     for (names, _help), row in sorted(seen.items()):
         anchor = anchors.add("shared--" + _option_slug(names))
-        body.append((anchor_tag(anchor) + row[0], *row[1:]))
-    return [*lines, *table(("Option", "Type", "Default", "Environment", "Description"), body), ""]
+        body.append((anchor_tag(anchor) + _option_cell(row), row[1], row[2], row[4]))
+    return [*lines, *table(_HEADER, body), ""]
 
 
 def _command_section(
@@ -184,9 +206,14 @@ def _command_section(
             text = row[-1]
             if (row[0], row[-1]) in shared:
                 text = f"[Shared option](#shared--{_option_slug(row[0])})."
-            body.append((anchor_tag(option_anchor) + row[0], *row[1:-1], text))
-        lines += [*table(("Option", "Type", "Default", "Environment", "Description"), body), ""]
+            body.append((anchor_tag(option_anchor) + _option_cell(row), row[1], row[2], text))
+        lines += [*table(_HEADER, body), ""]
     return lines
+
+
+def _option_cell(row: tuple[str, ...]) -> str:
+    """The option's names, and under them the environment variable read in its place."""
+    return row[0] + (f"<br>{code('$' + row[3].strip('`'))}" if row[3] else "")
 
 
 def _option_slug(names: str) -> str:

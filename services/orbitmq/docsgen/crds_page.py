@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orbitmq.docsgen.markdown import Anchors, anchor_tag, code, page_header, prose, slug, table
-from orbitmq.docsgen.schema import rows, schema_default
+from orbitmq.docsgen.markdown import Anchors, code, page_header, prose, slug, table
+from orbitmq.docsgen.schema import HEADER, rows, schema_default
 
 
 def render() -> str:
@@ -78,9 +78,7 @@ def _kind_section(manifest: dict[str, Any], anchors: Anchors) -> list[str]:
         body = []
         for row in rows(node, part, schema_default, part in schema.get("required", ())):
             row_anchor = anchors.add(slug(f"{kind}-{row.path}"))
-            body.append(
-                (anchor_tag(row_anchor) + code(row.path), row.type, row.default, row.rules, row.description)
-            )
+            body.append(row.cells(row_anchor))
         lines += [f"### {kind} {part} {{#{anchors.add(slug(f'{kind}-{part}-fields'))}}}", ""]
-        lines += [*table(("Field", "Type", "Default", "Rules", "Description"), body), ""]
+        lines += [*table(HEADER, body), ""]
     return lines

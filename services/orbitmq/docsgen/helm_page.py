@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from orbitmq.docsgen.markdown import Anchors, anchor_tag, code, page_header, prose, slug, table, value
-from orbitmq.docsgen.schema import Row, Schema, rows
+from orbitmq.docsgen.markdown import Anchors, page_header, prose, slug, table, value
+from orbitmq.docsgen.schema import HEADER, Row, Schema, rows
 
 CHART = Path("charts/orbitmq")
 EMBEDDED = {"cluster.spec": "crds.md#orbitmqcluster-spec"}
@@ -56,7 +56,7 @@ def render(root: Path = Path()) -> str:
             continue
         top_rows.extend(_rows(node, name, default_of, comments, anchors))
     lines += ["## Top-level values", ""]
-    lines += [*table(("Value", "Type", "Default", "Rules", "Description"), _cells(top_rows)), ""]
+    lines += [*table(("Value", *HEADER[1:]), _cells(top_rows)), ""]
     for name, node in schema["properties"].items():
         if not (node.get("type") == "object" and node.get("properties")):
             continue
@@ -65,7 +65,7 @@ def render(root: Path = Path()) -> str:
         lines += [f"## `{name}` {{#{head[0]}}}", ""]
         if head[1].description:
             lines += [head[1].description, ""]
-        lines += [*table(("Value", "Type", "Default", "Rules", "Description"), _cells(fields)), ""]
+        lines += [*table(("Value", *HEADER[1:]), _cells(fields)), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -89,10 +89,7 @@ def _rows(
 
 
 def _cells(found: list[tuple[str, Row]]) -> list[tuple[str, ...]]:
-    return [
-        (anchor_tag(anchor) + code(row.path), row.type, row.default, row.rules, row.description)
-        for anchor, row in found
-    ]
+    return [row.cells(anchor) for anchor, row in found]
 
 
 def values_comments(text: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from orbitmq.docsgen.markdown import code, prose, value
+from orbitmq.docsgen.markdown import anchor_tag, code, prose, value
 
 Schema = dict[str, Any]
 DefaultOf = Callable[[str, Schema], str]
@@ -28,6 +28,14 @@ class Row:
     default: str
     rules: str
     description: str
+
+    def cells(self, anchor: str) -> tuple[str, str, str, str]:
+        """(field, type, default, description and rules) for a table of :data:`HEADER`."""
+        text = " ".join(filter(None, (self.description, f"*Rules:* {self.rules}." if self.rules else "")))
+        return (anchor_tag(anchor) + code(self.path), self.type, self.default, text)
+
+
+HEADER = ("Field", "Type", "Default", "Description")
 
 
 def rows(node: Schema, path: str, default_of: DefaultOf, required: bool = False) -> Iterator[Row]:

@@ -152,20 +152,19 @@ def _role_section(role: Role, main: click.Group, anchors: Anchors) -> list[str]:
         env = f"{prefix}{name.upper()}"
         anchor = anchors.add(slug(env.removeprefix("ORBITMQ_")))
         flag = flags.get(name)
-        sources = code(env)
+        setting = anchor_tag(anchor) + code(name) + "<br>" + code("$" + env)
         if flag is not None:
-            sources += f"<br>[{code(flag.opts[0])}](cli.md#orbitmq-{role.command}--{slug(flag.opts[0])})"
+            setting += f"<br>[{code(flag.opts[0])}](cli.md#orbitmq-{role.command}--{slug(flag.opts[0])})"
+        kind = ", ".join(filter(None, (_type_name(field.annotation), _constraints(field))))
         rows.append(
             (
-                anchor_tag(anchor) + code(name),
-                _type_name(field.annotation),
+                setting,
+                kind,
                 _default(name, field),
-                _constraints(field),
-                sources,
                 prose(field.description or _docstrings(model).get(name, "")),
             )
         )
-    lines += [*table(("Setting", "Type", "Default", "Rules", "Environment / flag", "Description"), rows), ""]
+    lines += [*table(("Setting / environment / flag", "Type", "Default", "Description"), rows), ""]
     return lines
 
 

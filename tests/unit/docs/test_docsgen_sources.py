@@ -41,10 +41,10 @@ def test_a_new_setting_shows_its_environment_variable_flag_rules_default_and_doc
     page = settings_page.render((role,), _broker_command())
     (row,) = [line for line in page.splitlines() if 'id="broker-retention-hint-ms"' in line]
     assert "`retention_hint_ms`" in row
-    assert "`ORBITMQ_BROKER_RETENTION_HINT_MS`" in row
+    assert "`retention_hint_ms`<br>`$ORBITMQ_BROKER_RETENTION_HINT_MS`<br>" in row
     assert "[`--retention-hint-ms`](cli.md#orbitmq-broker--retention-hint-ms)" in row
     assert "`2000` (2 s)" in row
-    assert "≥ 5" in row
+    assert "| integer, ≥ 5 |" in row
     assert r"How long a hint is kept \| at most (`<name>`)." in row
     # the model's own fields first, then the inherited ones (the broker's, then TLS and auth)
     assert page.index('id="broker-retention-hint-ms"') < page.index('id="broker-flush-mode"')
@@ -80,11 +80,10 @@ def test_a_new_option_shows_its_type_default_environment_variable_and_help() -> 
     assert rows["orbitmq-admin-purge--older-than-ms"].split(" | ")[1:] == [
         "integer, 1 ≤ x ≤ 10",
         "`3`",
-        " ",
         r"Cut &lt;n&gt; \| more. |",
     ]
     assert "one of `fast`, `safe`" in rows["orbitmq-admin-purge--mode"]
-    assert "`ORBITMQ_PURGE_MODE`" in rows["orbitmq-admin-purge--mode"]
+    assert "`--mode`<br>`$ORBITMQ_PURGE_MODE` |" in rows["orbitmq-admin-purge--mode"]
     assert "**Required.**" in rows["orbitmq-admin-purge--mode"]
     assert "| flag | off |" in rows["orbitmq-admin-purge--dry-run"]
 
@@ -219,3 +218,14 @@ def test_an_anchor_used_twice_on_a_page_is_refused() -> None:
 def test_prose_escapes_what_markdown_would_read_as_markup_but_keeps_code_spans() -> None:
     assert prose("a | b <c> ``x | <y>`` *d* e_f") == r"a \| b &lt;c&gt; `x | <y>` \*d\* e\_f"
     assert prose(":class:`~orbitmq.common.tls.ServerTls` line\nbreak") == "`ServerTls` line break"
+
+
+def test_a_server_flag_names_the_environment_variable_and_links_the_setting_it_sets() -> None:
+    """``orbitmq broker --flush-mode`` has no click default or envvar of its own: the settings
+    loader fills both, so the CLI page shows the setting's variable and links to it."""
+    page = cli_page.render()
+    (row,) = [line for line in page.splitlines() if 'id="orbitmq-broker--flush-mode"' in line]
+    assert "`--flush-mode`<br>`$ORBITMQ_BROKER_FLUSH_MODE` |" in row
+    assert "Setting [`flush_mode`](settings.md#broker-flush-mode)." in row
+    (row,) = [line for line in page.splitlines() if 'id="orbitmq-broker--broker-id-from-hostname"' in line]
+    assert "settings.md" not in row  # a flag of the command only, no setting behind it
