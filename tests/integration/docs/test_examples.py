@@ -148,10 +148,15 @@ def test_page_examples_run(path: Path, tmp_path: Path) -> None:
 
 def test_a_page_that_lies_fails_against_a_real_cluster(tmp_path: Path) -> None:
     """The whole runner, cluster included, on a synthetic page: the first blocks really talk to the
-    page's cluster; the last promises output the command does not print, and the run fails there."""
+    page's cluster (a master and a slave, as the page's cluster annotation asks, with its endpoints
+    in ~/.orbitmq/local); the last promises output the command does not print, and the run fails
+    there."""
     text = """# A page
+<!-- docs-test: cluster --slaves 1 -->
 
+<!-- docs-test: expect "slave" -->
 ```bash
+orbitmq admin cluster list && test -s ~/.orbitmq/local/local-up.json
 orbitmq admin topic create --topic DocsRunner --read-queues 1 --write-queues 1
 ```
 
@@ -169,5 +174,5 @@ orbitmq consume --group G --topic DocsRunner --from first --count 1 --json
     with pytest.raises(ExampleFailed) as failed:
         run_page(page, tmp_path)
     message = str(failed.value)
-    assert message.startswith("docs/how-to/synthetic.md:13: bash block did not print 'goodbye'"), message
+    assert message.startswith("docs/how-to/synthetic.md:16: bash block did not print 'goodbye'"), message
     assert '"hello"' in message  # what it printed instead is shown
