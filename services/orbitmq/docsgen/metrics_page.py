@@ -53,7 +53,8 @@ def render() -> str:
         "texts of the modules that define each family",
         "Every Prometheus family orbitmq's processes export, grouped by the process that exports "
         "it, with its type, labels and meaning. Names are as exposed: a counter's series end in "
-        "`_total`, a histogram's in `_bucket`, `_sum` and `_count`, an info's in `_info`. Prometheus "
+        "`_total` (some also have a `_created` time stamp), a histogram's in `_bucket`, `_sum` and "
+        "`_count`, an info's in `_info`. Prometheus "
         "adds `job` and `instance` (and the prometheus-operator `namespace`, `pod`, ...) to each. "
         "Every server also exports prometheus_client's `process_*` families (memory, open files, "
         "CPU). Anchor of a family: its name with `_` as `-` (`#orbitmq-consumer-lag`).",
