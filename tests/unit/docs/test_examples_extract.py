@@ -5,6 +5,7 @@ pages in a real bash, so a block that lies, fails half-way or hangs is shown to 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -171,6 +172,7 @@ echo "$GREETING from $(basename "$PWD")"
 <!-- docs-test: expect "hello in sub" -->
 ```python
 import os
+import re
 print(os.environ["GREETING"], "in", os.path.basename(os.getcwd()))
 ```
 """
@@ -244,3 +246,26 @@ def test_skipped_blocks_do_not_run(session: Session) -> None:
         "<!-- docs-test: skip — needs Kubernetes -->\n```bash\nexit 3\n```\n\n```bash\necho ok\n```\n"
     )
     assert [b.line for b, _ in run_blocks(page, session, timeout_s=30)] == [6]
+
+
+CONCEPTS = (
+    "topics-and-queues",
+    "groups-and-rebalancing",
+    "ordering-and-locks",
+    "delivery-guarantees",
+    "replication-and-failover",
+    "rocketmq5-protocol",
+    "sidecar",
+)
+
+
+@pytest.mark.parametrize("name", CONCEPTS)
+def test_every_concept_page_draws_the_path_of_a_message(name: str) -> None:
+    """Issue 28: each concept page has a Mermaid diagram of a message's path. The concept pages'
+    blocks are not run, but they must parse like the others (no block the site would mis-render)."""
+    path = REPO / "docs" / "concepts" / f"{name}.md"
+    text = path.read_text(encoding="utf-8")
+    diagrams = re.findall(r"^```mermaid\n(.*?)^```$", text, re.S | re.M)
+    assert diagrams, f"{path.relative_to(REPO)} has no ```mermaid block"
+    assert all(d.split(maxsplit=1)[0] in {"flowchart", "sequenceDiagram"} for d in diagrams)
+    parse_page(path.relative_to(REPO), text)
