@@ -6,7 +6,8 @@ winning field by field. The page lists every field of each model with its type, 
 constraints (the ``Field`` bounds pydantic enforces), the environment variable the loader reads,
 the flag of the process's command that sets it (a click option of the same name) and the
 field's docstring, which is where the code documents it (attribute docstrings, read from the
-source with :mod:`ast`, since pydantic keeps them only when a model asks it to).
+source with :mod:`ast`, since pydantic keeps them only when a model asks it to); a field without
+one is described by its flag's help, when it has a flag.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def _role_section(role: Role, main: click.Group, anchors: Anchors) -> list[str]:
                 setting,
                 kind,
                 _default(name, field),
-                prose(field.description or _docstrings(model).get(name, "")),
+                prose(field.description or _docstrings(model).get(name) or (flag.help if flag else "")),
             )
         )
     lines += [*table(("Setting / environment / flag", "Type", "Default", "Description"), rows), ""]

@@ -19,6 +19,7 @@ from orbitmq.v1.broker_pb2 import ErrorReason
 class _LaterBrokerSettings(BrokerSettings):
     retention_hint_ms: int = Field(default=2_000, ge=5)
     """How long a hint is kept | at most (``<name>``)."""
+    hint_mode: str = "fast"
 
 
 def _broker_command() -> click.Group:
@@ -28,7 +29,8 @@ def _broker_command() -> click.Group:
 
     @main.command("broker")
     @click.option("--retention-hint-ms", type=int, help="Sets the hint.")
-    def broker(retention_hint_ms: int | None) -> None:
+    @click.option("--hint-mode", help="Mode of hints.")
+    def broker(retention_hint_ms: int | None, hint_mode: str | None) -> None:
         """Run it."""
 
     return main
@@ -46,6 +48,9 @@ def test_a_new_setting_shows_its_environment_variable_flag_rules_default_and_doc
     assert "`2000` (2 s)" in row
     assert "| integer, ≥ 5 |" in row
     assert r"How long a hint is kept \| at most (`<name>`)." in row
+    # a field without a docstring is described by its flag's help
+    (row,) = [line for line in page.splitlines() if 'id="broker-hint-mode"' in line]
+    assert row.endswith('| `"fast"` | Mode of hints. |')
     # the model's own fields first, then the inherited ones (the broker's, then TLS and auth)
     assert page.index('id="broker-retention-hint-ms"') < page.index('id="broker-flush-mode"')
     assert 'id="broker-tls-cert"' in page
