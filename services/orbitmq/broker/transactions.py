@@ -151,18 +151,18 @@ class TransactionService:
             return False
         return transaction_id not in self._latest(queue, max(progress, queue.min_offset), queue.max_offset)
 
-    def _open_from_progress(self, queue: ConsumeQueue) -> tuple[int, int, dict[str, int]]:
-        """The check progress, the half queue's end and the last offset of each transaction
-        between them (:meth:`_latest`); forgets the ended transactions with no half there, as
-        every half of theirs is behind the progress. The ids are taken before the end is read:
-        an id ended later may have a half past that end; one ended before gets no new half, as a
-        check copies only open transactions."""
+    def _open_from_progress(self, queue: ConsumeQueue) -> tuple[int, int, dict[str, int], set[str]]:
+        """The check progress, the half queue's end, the last offset of each transaction between
+        them (:meth:`_latest`) and the ids of the transactions ended so far that have a half
+        there; forgets the other ended ones, as every half of theirs is behind the progress. The
+        ids are taken before the end is read: an id ended later may have a half past that end
+        (a check copies an open transaction); one ended before gets no new half."""
         kept = set(self._resolved)
         offset = max(self._progress.query(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0), queue.min_offset)
         end = queue.max_offset
         latest = self._latest(queue, offset, end)
         self._resolved.difference_update(kept.difference(latest))
-        return offset, end, latest
+        return offset, end, latest, kept.intersection(latest)
 
     async def _record(self, transaction_id: str, tag: str) -> None:
         op = InboundMessage(
@@ -186,7 +186,7 @@ class TransactionService:
         queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
         if queue is None:
             return 0
-        offset, end, latest = self._open_from_progress(queue)
+        offset, end, latest, kept = self._open_from_progress(queue)
         now, sent = self._clock.now_ms(), 0
         while offset < end:
             found = self._open_half(queue, offset, latest)
@@ -205,6 +205,9 @@ class TransactionService:
                 sent += checked
             offset += 1
             self._progress.commit(PROGRESS_GROUP, TRANS_HALF_TOPIC, 0, offset)
+        # ended before the pass, and passed by it: kept until the next pass, they would double
+        # the set (an interval's transactions) for nothing
+        self._resolved.difference_update([i for i in kept if latest[i] < offset])
         return sent
 
     def _latest(self, queue: ConsumeQueue, start: int, end: int) -> dict[str, int]:
@@ -243,7 +246,7 @@ class TransactionService:
         queue = self._store.consume_queue(TRANS_HALF_TOPIC, 0)
         if queue is None:
             return
-        start, end, latest = self._open_from_progress(queue)
+        start, end, latest, _ = self._open_from_progress(queue)
         offset, stop = start, min(claimed, end)
         while offset < stop and self._open_half(queue, offset, latest) is None:
             offset += 1

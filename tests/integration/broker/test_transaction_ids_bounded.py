@@ -69,7 +69,6 @@ async def test_ended_ids_are_forgotten_behind_the_progress_and_a_late_end_is_ref
             offsets.append(sent.commit_log_offset)
             await running.stub.EndTransaction(end(sent.commit_log_offset))
         await running.stub.EndTransaction(end(offsets[-1]))  # a retry at once: applied once
-        assert running.broker.transactions.resolved_count == COUNT
 
         await eventually(
             lambda: running.broker.transactions.resolved_count == 0,
