@@ -43,7 +43,6 @@ def test_pages_do_not_depend_on_who_generates_them_or_their_environment(tmp_path
     )
     assert sorted(first) == sorted(PAGES)
     assert first == second
-    assert first == render_all()  # the test process's own environment (conftest sets ORBITMQ_BROKER_*)
     assert str(tmp_path) not in "".join(first.values())
 
 
