@@ -13,7 +13,7 @@ from pathlib import Path
 import markdown
 import pytest
 
-from orbitmq.docsgen import PAGES, render_all
+from orbitmq.docsgen import PAGES
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -89,9 +89,9 @@ def _sandbox(tmp_path: Path) -> Path:
     return root
 
 
-def _check(root: Path) -> subprocess.CompletedProcess[str]:
+def _gen_docs(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(root / "scripts" / "gen-docs"), "--check"],
+        [str(root / "scripts" / "gen-docs"), *args],
         env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
@@ -101,19 +101,18 @@ def _check(root: Path) -> subprocess.CompletedProcess[str]:
 
 def test_check_mode_fails_on_a_stale_missing_or_extra_page_and_passes_when_fresh(tmp_path: Path) -> None:
     root = _sandbox(tmp_path)
-    reference = root / "docs" / "reference"
-    reference.mkdir(parents=True)
-    pages = render_all()
-    for name, text in pages.items():
-        (reference / name).write_text(text)
-    fresh = _check(root)
+    written = _gen_docs(root)
+    assert written.returncode == 0, written.stderr
+    assert written.stdout == "generated: " + " ".join(sorted(PAGES)) + " \n"
+    fresh = _gen_docs(root, "--check")
     assert fresh.returncode == 0, fresh.stderr
 
+    reference = root / "docs" / "reference"
     (reference / "cli.md").unlink()
     settings = reference / "settings.md"
-    settings.write_text(pages["settings.md"].replace("ORBITMQ_BROKER_FLUSH_MODE", "ORBITMQ_BROKER_FLUSH"))
+    settings.write_text(settings.read_text().replace("ORBITMQ_BROKER_FLUSH_MODE", "ORBITMQ_BROKER_FLUSH"))
     (reference / "old.md").write_text("# gone\n")
-    stale = _check(root)
+    stale = _gen_docs(root, "--check")
     assert stale.returncode == 1
     assert stale.stderr.splitlines() == [
         "gen-docs: docs/reference/cli.md is stale or missing; run scripts/gen-docs",
