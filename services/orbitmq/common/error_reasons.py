@@ -76,8 +76,9 @@ GUIDES: dict[int, ReasonGuide] = {
     ErrorReason.SLAVE_READ_ONLY: ReasonGuide(
         "A write (send, offset commit, user or ACL change, lock) reached a slave, usually the old "
         "master of a failover that clients have not yet seen replaced in the routes.",
-        "Nothing: producers and clients retry on a fresh route within their budget. A persistent "
-        "failure means no master is registered for the broker group (see manual failover).",
+        "A producer retries the send on a fresh route within send_timeout_ms; retry other calls "
+        "once the routes name the new master. A persistent failure means no master is registered "
+        "for the broker group (fail over by hand).",
     ),
     ErrorReason.SERVICE_NOT_AVAILABLE: ReasonGuide(
         "The server cannot do it now: it is starting or shutting down, its store failed a write, "

@@ -101,7 +101,8 @@ def render(root: Path = Path()) -> str:
             ("RocketMQ 5 code (proxy)", code(v2_code)),
         ]
         if classes:
-            facts.append(("Raised as", ", ".join(code(cls_name) for _, cls_name in classes)))
+            names = (["RpcFailure"] if plain else []) + [cls_name for _, cls_name in classes]
+            facts.append(("Raised as", ", ".join(code(cls_name) for cls_name in names)))
         if name in wrapped:
             facts.append(("Also from", ", ".join(code(cls_name) for cls_name in wrapped[name])))
         if raised.get(name):
