@@ -127,7 +127,10 @@ class Browser:
                     self._replies.put(message)
                     continue
                 self.events.append(message)
-                if message["method"] == "Target.attachedToTarget":
+                if (
+                    message["method"] == "Target.attachedToTarget"
+                    and message.get("sessionId", "") == self._session
+                ):
                     # A worker of the page (auto-attached, paused until told to run): record its
                     # requests too, then let it start.
                     child = message["params"]["sessionId"]
