@@ -1,11 +1,12 @@
 """Headless Chromium (Debian's package) driven through the DevTools protocol, for tests that need
 more than ``chromium --dump-dom``: waiting for scripts to finish drawing, reading closed shadow
 roots (Material for MkDocs draws Mermaid diagrams into one), typing into a page, screenshots,
-and a record of every request the browser made.
+and a record of every request the page made.
 
 The protocol runs over ``--remote-debugging-pipe`` (JSON messages ended by a NUL byte on file
 descriptors 3 and 4 of the browser): no port to find, no websocket library. ``requested_urls``
-lists every request of the page and of its workers (each worker is attached before it runs).
+lists every request of the page, its dedicated workers' included (Chromium reports those on the
+page: Material's search worker fetching its index shows there).
 
 The browser sits behind ``AirGap``, a proxy on 127.0.0.1 that refuses every request: Chromium
 bypasses a proxy for loopback addresses by itself, so pages served on 127.0.0.1 load and
@@ -84,7 +85,6 @@ class Browser:
         self.events: list[dict[str, Any]] = []
         self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self._next_id = 0
-        self._lock = threading.Lock()
         self._session: str | None = None
         self._log = (profile.parent / f"{profile.name}-chromium.log").open("w")
         command = [
@@ -111,11 +111,9 @@ class Browser:
         self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=True)
-        self.call(
-            "Target.setAutoAttach", session=True, autoAttach=True, waitForDebuggerOnStart=True, flatten=True
-        )
 
     def _read(self) -> None:
+        """Replies go to ``call`` through a queue; events (no id) are kept in ``events``."""
         assert self._process.stdout is not None
         buffer = b""
         while chunk := self._process.stdout.read1(1 << 16):
@@ -125,38 +123,23 @@ class Browser:
                 message = json.loads(raw)
                 if "id" in message:
                     self._replies.put(message)
-                    continue
-                self.events.append(message)
-                if (
-                    message["method"] == "Target.attachedToTarget"
-                    and message.get("sessionId", "") == self._session
-                ):
-                    # A worker of the page (auto-attached, paused until told to run): record its
-                    # requests too, then let it start.
-                    child = message["params"]["sessionId"]
-                    self._send("Network.enable", child)
-                    self._send("Runtime.runIfWaitingForDebugger", child)
-
-    def _send(self, method: str, session: str | None, **params: Any) -> int:
-        """Write one command; its reply reaches ``self._replies`` (``call`` waits for it)."""
-        with self._lock:
-            self._next_id += 1
-            message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
-            if session:
-                message["sessionId"] = session
-            assert self._process.stdin is not None
-            self._process.stdin.write(json.dumps(message).encode() + b"\0")
-            self._process.stdin.flush()
-            return self._next_id
+                else:
+                    self.events.append(message)
 
     def call(self, method: str, session: bool = False, timeout: float = 30, **params: Any) -> dict[str, Any]:
         """Send one command (to the page's session when ``session``) and return its result."""
-        sent = self._send(method, self._session if session else None, **params)
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self._session
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(message).encode() + b"\0")
+        self._process.stdin.flush()
         deadline = time.monotonic() + timeout
-        while True:
-            reply = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
-            if reply["id"] == sent:
-                break
+        while (reply := self._replies.get(timeout=max(0.0, deadline - time.monotonic())))["id"] != message[
+            "id"
+        ]:
+            pass  # the reply to an earlier command that timed out
         if "error" in reply:
             raise RuntimeError(f"{method}: {reply['error']}")
         return reply["result"]
@@ -192,7 +175,7 @@ class Browser:
         return path
 
     def requested_urls(self, since: int = 0) -> list[str]:
-        """The requests of the page and its workers, from the ``since``-th event on (a
+        """The requests of the page and its dedicated workers, from the ``since``-th event on (a
         ``len(browser.events)`` taken earlier)."""
         events = self.events[since:]
         return [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]

@@ -220,7 +220,7 @@ def test_search_answers_a_query_from_the_shipped_index(site: Served, browser: tu
     count = "document.querySelectorAll('.md-search-result__item').length"
     assert chromium.wait(lambda: chromium.evaluate(count), timeout=30) > 0
     assert "/search/search_index.json" in site.hits
-    # The index is fetched by the search worker: its requests are recorded too.
+    # The search worker fetched the index: a worker's requests are judged with the page's.
     assert f"{site.base}search/search_index.json" in chromium.requested_urls(first_event)
     off_host = _off_host(chromium.requested_urls(first_event), site.base)
     assert not off_host, off_host
