@@ -25,9 +25,11 @@ SOURCES = (
     "orbitmq.sidecar.server",
     "orbitmq.proxy.metrics",
     "orbitmq.auth.audit",
+    "orbitmq.common.runtime_metrics",
     "orbitmq_operator.metrics",
 )
-"""The modules that define every ``orbitmq_*`` family (DESIGN §9, docs/reference/metrics.md)."""
+"""The modules that define every ``orbitmq_*`` family (DESIGN §9, docs/reference/metrics.md),
+the threads, event-loop tasks and table sizes every server exports included."""
 
 INFO_USERS = ("orbitmq_operator.handlers.failover",)
 """Modules that set an ``Info`` family's value: its labels are the keys of the dict they pass to

@@ -42,11 +42,29 @@ class BrokerSettings(ServerTls, ServerAuth):
     """Name servers, ``host:port;host:port`` (``,`` works too; also ``ORBITMQ_NAMESRV``); empty:
     register nowhere."""
     cluster: str = "DefaultCluster"
+    """Cluster this broker registers under with the name servers (RocketMQ's
+    brokerClusterName): ``admin cluster list`` and ``admin topic create --cluster`` group brokers
+    by it, and auth's ``Cluster:<name>`` resource names it. Every broker group of one cluster
+    gives the same name; no topic may take it. The operator sets it to the resource's name."""
     broker_name: str = "broker-a"
+    """Name of this broker group (RocketMQ's brokerName), unique within the cluster: a master
+    and its slaves share it (told apart by ``broker_id``), routes list a topic's queues under it,
+    and it is the ``broker`` label of the broker's metrics; no topic may take it."""
     broker_id: int = Field(default=0, ge=0)
     """0 = master, 1+ = slave of the same broker name."""
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    """RocketMQ's brokerRole. ``ASYNC_MASTER``: a send is answered once this broker holds it and
+    slaves copy it afterwards, so a failover may lose the last acknowledged messages.
+    ``SYNC_MASTER``: answered once a slave holds it too (``slave_ack_timeout_ms``, else
+    FLUSH_SLAVE_TIMEOUT; SLAVE_NOT_AVAILABLE with no slave connected): nothing acknowledged is
+    lost across a failover, at a replication round trip per send. ``SLAVE``: a read-only copy of
+    its master (``broker_id`` ≥ 1). A role a failover recorded in ``data_dir``
+    (``ha-role.json``) wins over this one at start."""
     data_dir: Path = Path("~/.orbitmq/broker-a").expanduser()
+    """The store's directory (RocketMQ's storePathRootDir): commit log, consume queues, index,
+    checkpoint, the config tables (topics, groups, consumer offsets) and the role a failover
+    recorded. One broker per directory (its ``lock`` file refuses a second); put it on a volume
+    that outlives the process, sized for ``file_reserved_time_ms`` of writes."""
     master_addr: str = ""
     """A slave's master; default: the master the name servers know for this broker name."""
     slave_ack_timeout_ms: int = Field(default=3_000, ge=1)
@@ -58,12 +76,40 @@ class BrokerSettings(ServerTls, ServerAuth):
     (default 40 % of RAM: beyond that the data is unlikely to be in the page cache)."""
 
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    """When a send is answered relative to the disk (RocketMQ's flushDiskType). ``ASYNC_FLUSH``:
+    once written to the page cache, fsynced every 500 ms in the background: a killed broker
+    loses nothing, a power loss or kernel crash up to the last half second. ``SYNC_FLUSH``: once
+    an fsync covers it (group commit: one fsync for all waiting sends; FLUSH_DISK_TIMEOUT after
+    5 s): nothing acknowledged is lost even then, but every send waits for an fsync. A
+    SYNC_MASTER's slave copy already covers the loss of one machine."""
     segment_bytes: int = Field(default=1 * GIB, ge=64 * 1024)
     max_message_bytes: int = Field(default=4 * MIB, ge=1)
+    """Largest message body a send may carry (RocketMQ's maxMessageSize, 4 MiB); a bigger one is
+    refused with MESSAGE_ILLEGAL. At most 64 MiB (the largest gRPC message), and
+    ``segment_bytes`` must hold a record this large. Raise it for bigger payloads, knowing a pull
+    returns at least one whole message whatever its size."""
     consume_queue_units_per_file: int = Field(default=300_000, ge=1)
+    """Units (20 bytes, one per message) in each consume-queue file: 6 MB files by default, as
+    RocketMQ's mappedFileSizeConsumeQueue. Each queue that holds a message allocates a whole
+    file on disk, so a broker with many thousands of mostly idle queues may want smaller ones.
+    Keep it once a store has queues: files of another size are refused at start."""
     index_slot_count: int = Field(default=5_000_000, ge=1)
+    """Hash slots (4 bytes each) of each index file that finds messages by key or message id
+    (RocketMQ's maxHashSlotNum): more slots, shorter chains to walk per lookup. With
+    ``index_max_entries`` it fixes the file size: 40 bytes, then 4 a slot and 20 an entry (420 MB
+    by default, its blocks allocated as entries arrive); an existing store's index files must
+    have that size, or the broker does not start."""
     index_max_entries: int = Field(default=20_000_000, ge=1)
+    """Entries (20 bytes each) of each index file before a new one starts (RocketMQ's
+    maxIndexNum): one per message for its unique key, plus one per business key. With
+    ``index_slot_count`` it fixes the index file size (see there); smaller files suit a small
+    or test broker, at more files to search for a key over a long time range."""
     file_reserved_time_ms: int = Field(default=72 * 3_600_000, ge=1)
+    """Retention: a commit-log segment whose messages are all older than this is deleted, read or
+    not, with the consume-queue and index entries behind it (RocketMQ's fileReservedTime, 72 h,
+    given there in hours). It bounds how far back a group can reset its offsets and caps
+    ``timer_max_delay_ms``; size it from the disk and the write rate (past the disk ratios
+    below, segments go sooner)."""
     clean_interval_ms: int = Field(default=10_000, ge=1)
     """How often retention looks for segments to delete (RocketMQ's cleanResourceInterval)."""
     disk_max_used_space_ratio: float = Field(default=0.75, gt=0, le=1)
@@ -88,13 +134,27 @@ class BrokerSettings(ServerTls, ServerAuth):
     error, not a new topic), hence off in the operator's brokers and the chart
     (``spec.brokers.autoCreateTopic``)."""
     default_topic_queue_nums: int = Field(default=4, ge=1, le=1024)
+    """Queues of a topic created without a count (RocketMQ's defaultTopicQueueNums): one
+    ``auto_create_topic`` makes for a producer that asks for none (an orbitmq producer asks for
+    its own ``default_topic_queue_nums``, 4), or ``admin topic create`` without queue counts.
+    A topic's queues bound how many members of a group consume it in parallel."""
     auto_create_subscription_group: bool = True
+    """Create a consumer group the broker does not know, with default settings, at its first
+    heartbeat or offset commit (RocketMQ's autoCreateSubscriptionGroup), so consumers work
+    without ``admin group create``. Off, such a group is refused with
+    SUBSCRIPTION_GROUP_NOT_EXIST: groups are created first (``admin group create``, an
+    OrbitMQConsumerGroup), and a misspelt group name is an error, not a new group."""
 
     register_interval_ms: int = Field(default=30_000, ge=100)
     """How often the broker registers with (heartbeats to) every name server."""
     heartbeat_timeout_ms: int = Field(default=120_000, ge=100)
     """Name servers drop the broker after this long without a registration."""
     long_polling_enable: bool = True
+    """Hold a pull that finds nothing new until a message arrives (the dispatcher wakes it at
+    once) or the client's suspend timeout, at most ``max_suspend_ms``, passes (RocketMQ's
+    longPollingEnable). Off, it waits ``short_polling_ms`` and answers empty: new messages
+    reach consumers up to that much later, at more pulls. A held pull costs a waiting future,
+    not a thread, so there is little reason to turn it off."""
     short_polling_ms: int = Field(default=1_000, ge=0)
     """Without long polling, how long a pull that finds nothing waits before answering."""
     max_suspend_ms: int = Field(default=30_000, ge=0)
@@ -106,8 +166,24 @@ class BrokerSettings(ServerTls, ServerAuth):
     scan_interval_ms: int = Field(default=10_000, ge=10)
     """How often expired channels and locks are swept."""
     transaction_timeout_ms: int = Field(default=6_000, ge=1)
+    """How old a half (prepared) message must be before the broker asks its producer group how
+    the transaction ended (RocketMQ's transactionTimeOut, 6 s). Raise it above the longest
+    local transaction, or check-backs ask about transactions still running (answered UNKNOWN,
+    each one using up a check of ``transaction_check_max``). The first check comes at the next
+    check pass past this age: up to ``transaction_check_interval_ms`` later."""
     transaction_check_max: int = Field(default=15, ge=1)
+    """Check-backs of a transaction still unresolved (answered UNKNOWN, or no producer of its
+    group connected) before its half message is discarded with a warning and never delivered
+    (RocketMQ's transactionCheckMax, 15). Each check appends a copy of the half message to the
+    commit log. With ``transaction_check_interval_ms`` it sets how long a producer may be away
+    and still end its transactions (15 checks a minute apart by default)."""
     transaction_check_interval_ms: int = Field(default=60_000, ge=10)
+    """How often the broker scans half messages for transactions to check back (RocketMQ's
+    transactionCheckInterval); a transaction is checked at most once a pass. The broker keeps
+    the ids of ended transactions until a pass has gone past them, about one interval: their
+    memory is about the interval times the transaction rate (``orbitmq_server_table_entries``
+    of table ``broker_resolved_transactions``). Shorten it for high transaction rates or quicker
+    check-backs, at more frequent scans."""
     delay_levels: str = DELAY_LEVELS
     """Durations of delay levels 1..N (RocketMQ's messageDelayLevel); retries use level 3 + times."""
     schedule_tick_ms: int = Field(default=100, ge=1)
@@ -124,7 +200,16 @@ class BrokerSettings(ServerTls, ServerAuth):
     ``file_reserved_time_ms`` (see :attr:`pop_snapshot_limit_ms`). 10 min bounds a restart's
     replay to that much POP traffic (or 10 000 records) at the cost of one snapshot record."""
     config_persist_interval_ms: int = Field(default=5_000, ge=10)
+    """How often the config tables' background changes are written: consumer offsets committed
+    by pulls and commits, delay and transaction-check progress (RocketMQ's
+    flushConsumerOffsetInterval, 5 s); also when a refused write is retried. Topic and group
+    changes and offset resets are written before they are answered; a crash loses up to this
+    much consumer progress, whose messages are delivered again."""
     grace_ms: int = Field(default=5_000, ge=0)
+    """On SIGTERM, once health says NOT_SERVING, held pulls are answered and the broker has
+    unregistered from the name servers: how long calls in flight may finish before the store
+    is flushed and closed (the operator gives a broker pod this plus 55 s to stop). Raise it if
+    sends waiting for a slow disk or slave should finish rather than be cut."""
 
     @field_validator("listen", "advertise_addr", "master_addr", "store_host")
     @classmethod

@@ -16,10 +16,6 @@ from pathlib import Path
 
 from orbitmq.docsgen.markdown import Anchors, anchor_tag, code, page_header, prose, slug, table
 
-RUNTIME_SOURCE = "orbitmq.common.runtime_metrics"
-"""Families every server exports (threads, event-loop tasks, table sizes); the inventory's
-``SOURCES`` does not list this module, so the page adds it."""
-
 PROCESSES = {
     "orbitmq.broker.metrics": "Broker",
     "orbitmq.nameserver.servicer": "Name server",
@@ -27,7 +23,7 @@ PROCESSES = {
     "orbitmq.sidecar.server": "Sidecar",
     "orbitmq.client.consumer_metrics": "Consumers (client library, sidecar)",
     "orbitmq.auth.audit": "Servers with authentication on (broker, name server, proxy, sidecar)",
-    RUNTIME_SOURCE: "Every server process",
+    "orbitmq.common.runtime_metrics": "Every server process",
     "orbitmq_operator.metrics": "Operator",
 }
 """Defining module -> the processes whose ``/metrics`` page shows its families."""
@@ -38,13 +34,12 @@ _SUFFIXES = {"counter": "_total", "info": "_info"}
 def render() -> str:
     from orbitmq_operator.monitoring.inventory import SOURCES, metric_families
 
-    modules = tuple(dict.fromkeys((*SOURCES, RUNTIME_SOURCE)))
-    unknown = sorted(set(modules) - set(PROCESSES))
+    unknown = sorted(set(SOURCES) - set(PROCESSES))
     if unknown:
         raise ValueError(f"no process named for metric modules {unknown}: add them to PROCESSES")
-    families = metric_families(modules)
+    families = metric_families(SOURCES)
     helps: dict[str, str] = {}
-    for module in modules:
+    for module in SOURCES:
         helps.update(help_texts(module))
     anchors = Anchors()
     lines = page_header(

@@ -59,9 +59,22 @@ class SidecarSettings(ServerTls, SyncedAuth):
     subscriptions: list[str] = Field(min_length=1)
     """``TOPIC``, ``TOPIC:TagA || TagB`` or ``TOPIC:sql:<condition>``; in the environment a JSON list."""
     message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
+    """RocketMQ's messageModel. ``CLUSTERING``: the group's sidecars share the subscribed queues,
+    each message goes to one of them, offsets are kept on the brokers and a ``later`` is retried.
+    ``BROADCASTING``: every sidecar of the group gets every message; offsets are kept in a file
+    of this process (under ``$ORBITMQ_LOCAL_OFFSETS_DIR``, else ``~/.orbitmq_offsets``), not on
+    the brokers, a ``later`` drops the message with a warning, and ``orderly`` is refused."""
     orderly: bool = False
     consume_from: Literal["first", "last", "timestamp"] = "last"
+    """Where the group starts on a queue it has no committed offset for (RocketMQ's
+    consumeFromWhere): ``last`` at the queue's end (what was sent before the group first ran is
+    skipped), ``first`` at the oldest message retention kept, ``timestamp`` at the messages
+    stored from ``consume_timestamp_ms`` on. A queue with a committed offset resumes there
+    whatever this says; retry queues always start at their first message."""
     consume_timestamp_ms: int | None = Field(default=None, ge=0)
+    """With ``consume_from`` ``timestamp``: where a new group starts, in ms since the Unix epoch
+    (RocketMQ's consumeTimestamp); unset, half an hour before the queue is first read. Ignored
+    otherwise, and on queues the group has committed an offset for."""
     max_in_flight: int = Field(default=32, ge=1, le=10_000)
     """Most deliveries unacknowledged at once, over all application streams."""
     listen: str = "127.0.0.1:7001"
@@ -71,10 +84,30 @@ class SidecarSettings(ServerTls, SyncedAuth):
     """On SIGTERM: how long to wait for in-flight acknowledgements before leaving the group."""
     instance_name: str = Field(default_factory=socket.gethostname)
     rebalance_ms: int = Field(default=20_000, ge=100)
+    """How often the sidecar recomputes which queues of its subscriptions it consumes (RocketMQ's
+    rebalance interval, 20 s). It also rebalances at once when a broker pushes a change of the
+    group's members, so this bounds how long a missed change leaves a queue unconsumed or
+    consumed by two members; shorter costs more calls to the brokers."""
     persist_ms: int = Field(default=5_000, ge=100)
+    """How often consumed offsets are committed to the brokers (to the local file when
+    broadcasting), besides the commits pulls carry (RocketMQ's persistConsumerOffsetInterval,
+    5 s). A restarted or replaced member resumes from the last commit, so up to this much
+    acknowledged work is delivered again; shorter means fewer redeliveries, more commits."""
     heartbeat_ms: int = Field(default=30_000, ge=100)
+    """How often the sidecar's consumer and producer tell every broker of their routes that they
+    are alive, with the group's subscriptions (RocketMQ's heartbeatBrokerInterval, 30 s). A
+    broker drops a client silent for its ``channel_expiry_ms`` (120 s) from its groups: keep
+    this well below that, so one or two lost heartbeats never cost a rebalance."""
     lock_renew_ms: int = Field(default=20_000, ge=100)
+    """With ``orderly``: how often the sidecar locks (or renews its locks on) the queues it was
+    assigned (RocketMQ's lock interval, 20 s). A broker frees a lock not renewed for its
+    ``lock_expiry_ms`` (60 s) and another member may take the queue: keep this well below it,
+    so a late renewal never lets two members process one queue at once."""
     route_refresh_ms: int = Field(default=30_000, ge=100)
+    """How often the routes of the subscribed topics are read from the name servers (RocketMQ's
+    pollNameServerInterval, 30 s): how soon the sidecar sees queues added to a topic, a new
+    broker group or a master changed by a failover. Every second while a subscribed topic has
+    no route yet. Shorter costs more name-server calls."""
     send_timeout_ms: int = Field(default=10_000, ge=1)
     """Budget of one ``Send`` from an application, retries included: longer than a master
     failover, so an application's send rides one out (the producer's ``send_timeout_ms``)."""
