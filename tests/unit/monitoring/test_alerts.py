@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import markdown
 import pytest
 import yaml
 
@@ -139,6 +140,17 @@ def test_the_runbook_has_one_section_per_alert() -> None:
     heading is an alert's, in the rules' order, so a renamed, added or dropped alert fails here."""
     sections = re.findall(r"^## (OrbitMQ\S*)$", RUNBOOK.read_text(), flags=re.MULTILINE)
     assert sections == NAMES
+
+
+def test_each_runbook_url_lands_on_its_section_of_the_site() -> None:
+    """The docs site (MkDocs, the ``toc`` extension of mkdocs.yml) gives each heading an id; an
+    alert's ``runbook_url`` fragment must be its section's id, or the link opens the page's top."""
+    html = markdown.markdown(RUNBOOK.read_text(), extensions=["toc"])
+    ids = dict(re.findall(r'<h2 id="([^"]+)">(OrbitMQ\w+)</h2>', html))
+    for rule in RULES:
+        path, _, fragment = rule["annotations"]["runbook_url"].partition("#")
+        assert path == alerts.RUNBOOK
+        assert ids.get(fragment) == rule["alert"], f"{rule['alert']}: no section with id {fragment!r}"
 
 
 @pytest.mark.parametrize("rule", RULES, ids=NAMES)
