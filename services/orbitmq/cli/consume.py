@@ -162,7 +162,18 @@ def _serve_metrics(port: int, consumer: PushConsumer) -> Any:
 )
 @click.option("--sql", is_flag=True, help="--expr is a SQL92 condition on message properties.")
 @click.option("--orderly", is_flag=True, help="One message at a time per queue, under a broker lock.")
-@click.option("--broadcast", is_flag=True, help="Every member gets every message (offsets kept locally).")
+@click.option(
+    "--broadcast",
+    is_flag=True,
+    help="Every member gets every message; offsets are kept in a local file named by the host and "
+    "--instance-name, where the next run resumes.",
+)
+@click.option(
+    "--instance-name",
+    help="Client instance name (default: DEFAULT). With --broadcast it names the offsets file, "
+    "<host>@<name>/<group>/offsets.json under $ORBITMQ_LOCAL_OFFSETS_DIR (else ~/.orbitmq_offsets): "
+    "consumers of one group running at once on one host need different names.",
+)
 @click.option(
     "--from",
     "from_where",
@@ -195,6 +206,7 @@ def consume(
     sql: bool,
     orderly: bool,
     broadcast: bool,
+    instance_name: str | None,
     from_where: str,
     timestamp: str | None,
     count: int | None,
@@ -244,6 +256,7 @@ def consume(
             consume_from=FROM[from_where],
             consume_timestamp_ms=when,
             settings=ConsumerSettings(consume_batch=1),
+            instance_name=instance_name,
         )
         consumer.subscribe(topic, expr, sql=sql)
         loop = asyncio.get_running_loop()

@@ -26,7 +26,13 @@ from orbitmq.client.channels import Channels
 from orbitmq.client.consume import ConcurrentConsumer, Listener, OrderlyConsumer
 from orbitmq.client.consumer_metrics import ConsumerMetrics
 from orbitmq.client.consumer_types import ConsumeFromWhere, ConsumerSettings, MessageModel
-from orbitmq.client.offset_store import LocalFileOffsetStore, RemoteOffsetStoreState
+from orbitmq.client.offset_store import (
+    DEFAULT_INSTANCE_NAME,
+    LocalFileOffsetStore,
+    OffsetFileInUseError,
+    RemoteOffsetStoreState,
+    local_client_id,
+)
 from orbitmq.client.process_queue import ProcessQueue
 from orbitmq.client.producer import client_id
 from orbitmq.client.queue import MessageQueue
@@ -71,11 +77,19 @@ class PushConsumer:
         tls: ClientTls | None = None,
     ) -> None:
         """``credentials``: what calls are signed with (None: ``ORBITMQ_ACCESS_KEY``/``_SECRET_KEY``);
-        ``tls``: TLS toward the cluster (None: ``ORBITMQ_TLS_*``, plaintext when unset)."""
+        ``tls``: TLS toward the cluster (None: ``ORBITMQ_TLS_*``, plaintext when unset).
+
+        ``instance_name`` (RocketMQ's instanceName, ``DEFAULT`` when None) also names a
+        broadcasting consumer's offsets file, ``<offsets_dir>/<host>@<instance_name>/<group>/
+        offsets.json`` (``offsets_dir`` None: ``$ORBITMQ_LOCAL_OFFSETS_DIR``, else
+        ``~/.orbitmq_offsets``), so a restarted consumer resumes from it; two broadcasting
+        consumers of one group on one host need different instance names (the second to start
+        is refused)."""
         validate_group_name(group)
         if orderly and message_model is MessageModel.BROADCASTING:
             raise ValueError("orderly consumption needs clustering: broadcasting has no queue locks")
         self.group = group
+        self.instance_name = instance_name
         self.client_id = f"{client_id()}@{instance_name}" if instance_name else f"{client_id()}@{id(self):x}"
         self.orderly = orderly
         self.message_model = message_model
@@ -104,7 +118,7 @@ class PushConsumer:
         self._offsets: LocalFileOffsetStore | RemoteOffsetStoreState = (
             RemoteOffsetStoreState()
             if message_model is MessageModel.CLUSTERING
-            else LocalFileOffsetStore.for_client(self.client_id.replace("@", "_"), group, offsets_dir)
+            else LocalFileOffsetStore.for_client(local_client_id(instance_name), group, offsets_dir)
         )
         self._tasks = TaskSet(f"consumer:{group}")
         self._rebalance_now = asyncio.Event()
@@ -153,8 +167,8 @@ class PushConsumer:
         if self.message_model is MessageModel.CLUSTERING:
             retry = f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}"
             self._subscriptions.setdefault(retry, common_pb2.Subscription(topic=retry, expression="*"))
-        else:
-            await asyncio.to_thread(self._offsets.load)
+        elif isinstance(self._offsets, LocalFileOffsetStore):
+            await asyncio.to_thread(self._load_local_offsets, self._offsets)
         service = OrderlyConsumer if self.orderly else ConcurrentConsumer
         self._consume = service(self, self._listener, self._pool)
         self._started = True
@@ -169,6 +183,25 @@ class PushConsumer:
             self._tasks.spawn("expiry", self._every(self.settings.expiry_scan_ms, self._clean_expired))
         if self.orderly:
             self._tasks.spawn("locks", self._every(self.settings.lock_renew_ms, self._lock_all))
+
+    def _load_local_offsets(self, store: LocalFileOffsetStore) -> None:
+        """Claim this instance's offsets file, then read it (blocks on the disk)."""
+        try:
+            store.claim()
+        except OffsetFileInUseError as error:
+            raise OffsetFileInUseError(
+                f"broadcasting consumer of group {self.group!r} with instance name "
+                f"{self.instance_name or DEFAULT_INSTANCE_NAME!r} cannot start: {error}. Each broadcasting "
+                "consumer of a group on one host keeps its offsets in a file named by its "
+                "instance name: give each one its own instance_name (orbitmq consume "
+                "--instance-name, the sidecar's instance_name)",
+                error.holder_pid,
+            ) from None
+        try:
+            store.load()
+        except BaseException:
+            store.release()
+            raise
 
     def suspend(self) -> None:
         """Stop pulling and stop handing messages to the listener (RocketMQ's suspend()).
@@ -194,7 +227,11 @@ class PushConsumer:
             task.cancel()
         await self._consume.wait_idle(self.settings.shutdown_timeout_ms / 1000)
         await self._tasks.close()
-        await self.persist_offsets()
+        try:
+            await self.persist_offsets()
+        finally:
+            if isinstance(self._offsets, LocalFileOffsetStore):
+                self._offsets.release()
         if self.orderly:
             await self._unlock(list(self._process_queues))
         for address in self._broker_addresses():

@@ -3,8 +3,14 @@
 Two message models, two homes for offsets (as in RocketMQ):
 
 * **Broadcasting** — every instance reads every queue, so offsets are per instance and live in
-  a local file, ``<root>/<client id>/<group>/offsets.json``
-  (:class:`LocalFileOffsetStore`). The file is written through the broker's
+  a local file, ``<root>/<host>@<instance name>/<group>/offsets.json``
+  (:class:`LocalFileOffsetStore`). As RocketMQ's ``ip@instanceName`` (whose instance name stays
+  ``DEFAULT`` for broadcasting), the key is stable across restarts, never the pid: a restarted
+  consumer resumes where it stopped instead of starting again from ``consume_from`` (skipping
+  what was sent while it was down, or re-reading everything). Two live consumers of one group
+  with the same instance name on one host would share the file, so a consumer holds
+  ``offsets.lock`` next to it (:meth:`LocalFileOffsetStore.claim`) and the second is refused.
+  The file is written through the broker's
   :class:`~orbitmq.store.config_store.JsonConfigStore`: atomic replace (temp file, fsync,
   rename, directory fsync), the previous version kept as ``offsets.json.bak``, and a corrupt
   file raising :class:`~orbitmq.store.config_store.ConfigFileError` naming it, never silently
@@ -22,8 +28,10 @@ and persisted from a timer, so the tables are thread-safe.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,12 +41,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from orbitmq.client.queue import MessageQueue
+from orbitmq.common.errors import OrbitError
 from orbitmq.common.names import validate_group_name
+from orbitmq.common.procs import flock_holders
 from orbitmq.store.config_store import JsonConfigStore, Offset, QueueId, TopicName
 
 log = logging.getLogger(__name__)
 
 OFFSETS_FILE_NAME = "offsets.json"
+LOCK_FILE_NAME = "offsets.lock"
+DEFAULT_INSTANCE_NAME = "DEFAULT"
+"""The instance name of a consumer given none (RocketMQ's ``DEFAULT``)."""
 OFFSETS_ROOT_ENV = "ORBITMQ_LOCAL_OFFSETS_DIR"
 """Overrides the root directory of local offset files (RocketMQ's ``rocketmq.client.localOffsetStoreDir``)."""
 DEFAULT_OFFSETS_DIR_NAME = ".orbitmq_offsets"
@@ -156,13 +169,35 @@ def default_offsets_root() -> Path:
     return Path(configured) if configured else Path.home() / DEFAULT_OFFSETS_DIR_NAME
 
 
+def local_client_id(instance_name: str | None) -> str:
+    """``<host>@<instance name>`` (``DEFAULT`` when None or empty): what names a broadcasting
+    consumer's offsets directory. Unlike the client id the brokers see (``host@pid@...``) it
+    survives a restart, which is the point: the restarted consumer must find its file."""
+    return f"{socket.gethostname()}@{instance_name or DEFAULT_INSTANCE_NAME}"
+
+
 def local_offsets_path(root: Path | str, client_id: str, group: str) -> Path:
     """``<root>/<client id>/<group>/offsets.json``: one file per consumer instance and group,
-    since broadcasting offsets belong to the instance. Raises ``ValueError`` for a client id
-    that is empty or would escape ``root``, or an invalid group name."""
+    since broadcasting offsets belong to the instance (``client_id`` as
+    :func:`local_client_id` makes it). Raises ``ValueError`` for a client id that is empty or
+    would escape ``root``, or an invalid group name."""
     if not client_id or "/" in client_id or "\\" in client_id or client_id in (".", ".."):
         raise ValueError(f"client id {client_id!r} cannot name a directory (empty, '.', '..' or has a slash)")
     return Path(root) / client_id / validate_group_name(group) / OFFSETS_FILE_NAME
+
+
+class OffsetFileInUseError(OrbitError):
+    """Another live consumer (in this process or another one) holds a local offsets file.
+
+    Retriable: the lock goes when that consumer closes or its process dies. ``holder_pid``
+    names the holder when it could be read.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, holder_pid: int | None = None) -> None:
+        super().__init__(message)
+        self.holder_pid = holder_pid
 
 
 class LocalFileOffsetStore(_OffsetTable):
@@ -177,6 +212,42 @@ class LocalFileOffsetStore(_OffsetTable):
         super().__init__()
         self._store = JsonConfigStore(path, LocalOffsetFile, LocalOffsetFile)
         self._persist_lock = threading.Lock()
+        self._lock_fd = -1
+
+    def claim(self) -> None:
+        """Take ``offsets.lock`` next to the file, so no other consumer writes it meanwhile.
+
+        Two writers of one file would each overwrite the other's offsets every persist, and
+        one of them would resume from the other's progress after a restart. flock: a second
+        claim from this process (another store, another fd) is refused like one from another
+        process, and the kernel frees the lock when the holder dies, however it dies, so a
+        killed consumer never blocks its restart. Idempotent; raises
+        :class:`OffsetFileInUseError` naming the file and the holder's pid.
+        """
+        if self._lock_fd >= 0:
+            return
+        lock_path = self.path.parent / LOCK_FILE_NAME
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            holder = int(text) if text.isdigit() else next(iter(flock_holders(lock_path)), None)
+            os.close(fd)
+            who = "unknown pid" if holder is None else f"pid {holder}"
+            if holder == os.getpid():
+                who += ", this process"
+            raise OffsetFileInUseError(f"{self.path} is in use by another consumer ({who})", holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Give up what :meth:`claim` took (nothing if it took nothing)."""
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
     @classmethod
     def for_client(cls, client_id: str, group: str, root: Path | str | None = None) -> LocalFileOffsetStore:

@@ -61,9 +61,11 @@ class SidecarSettings(ServerTls, SyncedAuth):
     message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
     """RocketMQ's messageModel. ``CLUSTERING``: the group's sidecars share the subscribed queues,
     each message goes to one of them, offsets are kept on the brokers and a ``later`` is retried.
-    ``BROADCASTING``: every sidecar of the group gets every message; offsets are kept in a file
-    of this process (under ``$ORBITMQ_LOCAL_OFFSETS_DIR``, else ``~/.orbitmq_offsets``), not on
-    the brokers, a ``later`` drops the message with a warning, and ``orderly`` is refused."""
+    ``BROADCASTING``: every sidecar of the group gets every message; offsets are kept in a local
+    file named by the host and ``instance_name`` (``<host>@<instance_name>/<group>/offsets.json``
+    under ``$ORBITMQ_LOCAL_OFFSETS_DIR``, else ``~/.orbitmq_offsets``), where a restarted sidecar
+    resumes, not on the brokers; a ``later`` drops the message with a warning, and ``orderly`` is
+    refused."""
     orderly: bool = False
     consume_from: Literal["first", "last", "timestamp"] = "last"
     """Where the group starts on a queue it has no committed offset for (RocketMQ's
@@ -83,6 +85,10 @@ class SidecarSettings(ServerTls, SyncedAuth):
     drain_timeout_ms: int = Field(default=10_000, ge=0)
     """On SIGTERM: how long to wait for in-flight acknowledgements before leaving the group."""
     instance_name: str = Field(default_factory=socket.gethostname)
+    """Client instance name (default: the host name). With ``BROADCASTING`` it names the offsets
+    file, so it must stay the same across restarts for a sidecar to resume where it stopped, and
+    differ between sidecars of one group sharing a host and offsets directory (the second to
+    start is refused)."""
     rebalance_ms: int = Field(default=20_000, ge=100)
     """How often the sidecar recomputes which queues of its subscriptions it consumes (RocketMQ's
     rebalance interval, 20 s). It also rebalances at once when a broker pushes a change of the

@@ -1,17 +1,26 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from orbitmq.client.offset_store import (
+    DEFAULT_INSTANCE_NAME,
+    LOCK_FILE_NAME,
     OFFSETS_ROOT_ENV,
     LocalFileOffsetStore,
+    OffsetFileInUseError,
     OffsetStore,
     RemoteOffsetStoreState,
     default_offsets_root,
+    local_client_id,
     local_offsets_path,
 )
 from orbitmq.client.queue import MessageQueue
@@ -52,6 +61,54 @@ def test_local_path_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert default_offsets_root() == tmp_path / "root"
     store = LocalFileOffsetStore.for_client("c1", "G")
     assert store.path == tmp_path / "root" / "c1" / "G" / "offsets.json"
+
+
+def test_local_client_id_is_host_and_instance_name_never_the_pid() -> None:
+    """What names the file must survive a restart: a new pid must find the old file."""
+    host = socket.gethostname()
+    assert local_client_id(None) == local_client_id("") == f"{host}@{DEFAULT_INSTANCE_NAME}"
+    assert local_client_id("audit-1") == f"{host}@audit-1"
+    assert str(os.getpid()) not in local_client_id(None).removeprefix(host)
+
+
+def test_a_second_claim_in_this_process_is_refused_until_release(path: Path) -> None:
+    first, second = LocalFileOffsetStore(path), LocalFileOffsetStore(path)
+    first.claim()
+    first.claim()  # idempotent
+    with pytest.raises(OffsetFileInUseError, match=rf"{path}.*pid {os.getpid()}, this process") as refused:
+        second.claim()
+    assert refused.value.holder_pid == os.getpid() and refused.value.retriable
+    first.release()
+    second.claim()
+    second.release()
+    second.release()  # nothing held: nothing to do
+
+
+_HOLD = """
+import sys, time
+from orbitmq.client.offset_store import LocalFileOffsetStore
+LocalFileOffsetStore(sys.argv[1]).claim()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_claim_held_by_another_process_is_refused_and_freed_when_it_is_killed(path: Path) -> None:
+    """The kernel drops a flock when its holder dies, so a SIGKILLed consumer never blocks its
+    restart, while a live one in another process is named."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(OffsetFileInUseError, match=rf"pid {holder.pid}\)") as refused:
+            LocalFileOffsetStore(path).claim()
+        assert refused.value.holder_pid == holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+    store = LocalFileOffsetStore(path)
+    store.claim()
+    assert (path.parent / LOCK_FILE_NAME).read_text() == f"{os.getpid()}\n"
+    store.release()
 
 
 def test_local_round_trip_across_reopen(path: Path) -> None:
