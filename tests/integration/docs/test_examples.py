@@ -30,11 +30,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from docexamples import Block, ExampleFailed, Page, Session, parse_page, run_blocks
+from docexamples import AnnotationError, Block, ExampleFailed, Page, Session, parse_page, run_blocks
 
 REPO = Path(__file__).resolve().parents[3]
 DOCS = REPO / "docs"
@@ -42,6 +44,10 @@ RUN_PAGES = ("getting-started", "how-to")
 BLOCK_TIMEOUT_S = 120.0
 """The time one block may take (the issue: an example that hangs fails)."""
 CLUSTER_START_TIMEOUT_S = 60.0
+PAGES_AT_ONCE = int(os.environ.get("ORBITMQ_DOCS_PAGES_AT_ONCE", "3"))
+"""Pages run side by side, each with its own cluster, home and ports. Their blocks spend much of
+their time waiting (long polls, failover windows, a JVM starting), so a few at once finish
+sooner than one after another on a small machine."""
 LOCAL_UP = (sys.executable, "-m", "orbitmq.cli.main", "local", "up", "--json")
 ANY_FREE_PORTS = ("--namesrv-port", "0", "--broker-port", "0", "--namesrv-metrics-port", "0")
 ANY_FREE_PORTS += ("--broker-metrics-port", "0")
@@ -128,20 +134,59 @@ def run_page(page: Page, root: Path, timeout_s: float = BLOCK_TIMEOUT_S) -> list
             session.close()
 
 
+@dataclass
+class PageRun:
+    """A page's blocks' times and the whole page's, cluster start-up included."""
+
+    timings: list[tuple[Block, float]]
+    seconds: float
+
+
+def _run_timed(page: Page, root: Path) -> PageRun:
+    started = time.monotonic()
+    timings = run_page(page, root)
+    return PageRun(timings, time.monotonic() - started)
+
+
+def _parsed(path: Path) -> Page:
+    return parse_page(path.relative_to(REPO), path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Every selected page started at once, :data:`PAGES_AT_ONCE` at a time, each test waiting for
+    its own page. Runs with ``--dist loadfile`` (``scripts/test``) keep this module in one worker."""
+    selected = [
+        item.callspec.params["path"]
+        for item in request.session.items
+        if item.path == Path(__file__) and item.originalname == "test_page_examples_run"
+    ]
+    pool = ThreadPoolExecutor(max_workers=PAGES_AT_ONCE, thread_name_prefix="docs-page")
+    runs: dict[Path, Future[PageRun]] = {}
+    for path in selected:
+        try:
+            page = _parsed(path)
+        except AnnotationError:
+            continue  # its test reports the error
+        if page.runnable:
+            runs[path] = pool.submit(_run_timed, page, tmp_path_factory.mktemp(path.stem))
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.parametrize("path", _pages(), ids=lambda p: str(p.relative_to(DOCS)))
-def test_page_examples_run(path: Path, tmp_path: Path) -> None:
-    page = parse_page(path.relative_to(REPO), path.read_text(encoding="utf-8"))  # annotation errors fail here
+def test_page_examples_run(path: Path, page_runs: dict[Path, Future[PageRun]]) -> None:
+    page = _parsed(path)  # an annotation error fails the page here
     if not page.runnable:
         reasons = sorted({b.skip_reason or "" for b in page.blocks})
         pytest.skip(f"no block runs on a local cluster ({'; '.join(reasons) or 'no bash or python block'})")
-    started = time.monotonic()
     try:
-        timings = run_page(page, tmp_path)
+        run = page_runs[path].result()
     except ExampleFailed as failed:
         pytest.fail(str(failed), pytrace=False)
-    slowest = max(timings, key=lambda t: t[1])
+    slowest = max(run.timings, key=lambda t: t[1])
     print(
-        f"{page.path}: {len(timings)} blocks in {time.monotonic() - started:.1f} s "
+        f"{page.path}: {len(run.timings)} blocks in {run.seconds:.1f} s "
         f"(slowest {slowest[0].where}, {slowest[1]:.1f} s)"
     )
 
