@@ -17,7 +17,9 @@ What a page sees (so its examples are the reader's commands, not the test's):
 * bash runs with ``-e -o pipefail``; python blocks run as scripts in the same session (they see
   its exported variables and working directory). ``docexamples`` has the rules of annotations.
 
-The page's cluster and every process its blocks started are stopped when the page ends.
+The page's cluster and every process its blocks started are stopped when the page ends. Pages
+run :data:`PAGES_AT_ONCE` at a time (nothing is shared between them but the machine), so a page
+must not depend on fixed ports or on files outside its home and working directory.
 """
 
 from __future__ import annotations
