@@ -121,6 +121,10 @@ class PushConsumer:
             else LocalFileOffsetStore.for_client(local_client_id(instance_name), group, offsets_dir)
         )
         self._tasks = TaskSet(f"consumer:{group}")
+        self._locked_round = asyncio.Event()
+        """Set (and replaced) when a round of lock requests ends: an orderly pull loop waiting
+        for its queue's lock wakes then, not at its next recheck (a new queue's pull loop starts
+        before the rebalance locks it: the first message of a new orderly consumer came 3 s late)."""
         self._rebalance_now = asyncio.Event()
         self._pool = ThreadPoolExecutor(self.settings.consume_threads, thread_name_prefix=f"consume-{group}")
         self._sessions = BrokerSessions(
@@ -531,7 +535,8 @@ class PushConsumer:
             if self.orderly:
                 if not pq.locked:
                     first_after_lock = True
-                    await asyncio.sleep(s.orderly_recheck_ms / 1000)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._locked_round.wait(), s.orderly_recheck_ms / 1000)
                     continue
                 if first_after_lock:  # the previous owner may have moved the offset
                     with contextlib.suppress(grpc.aio.AioRpcError):
@@ -776,6 +781,8 @@ class PushConsumer:
                     pq.set_locked(mq in held)
                     if mq in held and pq.count:
                         self._consume.dispatch(mq, pq, [])
+        self._locked_round.set()
+        self._locked_round = asyncio.Event()
         for topic in {mq.topic for mq in self._process_queues}:
             count = sum(1 for mq, pq in self._process_queues.items() if mq.topic == topic and pq.locked)
             self.metrics.locked.labels(self.group, topic, self.client_id).set(count)

@@ -168,6 +168,25 @@ async def test_joining_consumer_serves_its_queues_within_2_seconds(cluster: Clus
     await second.close()
 
 
+async def test_an_orderly_consumer_pulls_each_queue_once_locked_not_at_its_next_recheck(
+    cluster: Cluster,
+) -> None:
+    """A new queue's pull loop starts before the rebalance locks it, and used to sleep a whole
+    recheck (3 s by default) first: a new orderly consumer's first message came 3 s late, and
+    so did each queue it took over. With the recheck at 30 s the gap cannot hide."""
+    await create_topic(cluster, "OrderlyStart")
+    await produce(cluster, "OrderlyStart", 16, batch=1)
+    collector = Collector()
+    slow_recheck = dataclasses.replace(FAST, orderly_recheck_ms=30_000)
+    first = consumer(cluster, collector, "first", orderly=True, settings=slow_recheck)
+    first.subscribe("OrderlyStart")
+    started = time.monotonic()
+    await first.start()
+    await collector.wait_for(16, within=10)
+    print(f"an orderly consumer had all 16 messages {(time.monotonic() - started) * 1000:.0f} ms after start")
+    await first.close()
+
+
 async def test_offsets_survive_consumer_and_broker_restarts(cluster: Cluster) -> None:
     await produce(cluster, "Durable", 400)
     collector = Collector()
