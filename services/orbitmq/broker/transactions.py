@@ -12,8 +12,8 @@ The ids of ended transactions are kept only while a half of theirs is at or afte
 progress, where a check pass or a late end could still meet it: behind the progress every half
 was handled (ended, or copied by a check), so a late end of a half back there whose id is not
 kept, and of which no copy is still open, is one the broker already applied, and is refused.
-The set is bounded by the halves of the last transaction timeout, not by every transaction the
-broker ever saw (a soak found it growing by one per transaction).
+The set holds about one check interval of transactions, not every transaction the broker ever
+saw (a soak found it growing by one per transaction).
 """
 
 from __future__ import annotations
