@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "client"))
 from clusterkit import Cluster, eventually, start_cluster
 
 from orbitmq.broker.ha import ReplicationClient
+from orbitmq.broker.server import Broker
 from orbitmq.broker.transactions import PROGRESS_GROUP
 from orbitmq.client import Admin, Message, StoredMessage, TransactionProducer, TransactionResolution
 from orbitmq.common.topics import TRANS_HALF_TOPIC
@@ -47,17 +48,22 @@ def half_records(running_broker: object) -> int:
     return 0 if queue is None else queue.max_offset
 
 
+async def start_pair(
+    cluster: Cluster, names: tuple[str, str] = ("a-master", "a-slave"), **settings: object
+) -> tuple[Broker, Broker]:
+    """The master and slave of ``broker-a`` (``settings`` on both), the topic on the master."""
+    master, slave = names
+    await cluster.start_broker(master, broker_name="broker-a", broker_role="ASYNC_MASTER", **settings)
+    async with Admin(cluster.address) as admin:
+        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    await cluster.start_broker(slave, broker_name="broker-a", broker_role="SLAVE", broker_id=1, **settings)
+    return cluster.brokers[master].broker, cluster.brokers[slave].broker
+
+
 async def test_a_promoted_slave_does_not_check_back_transactions_its_master_resolved(
     cluster: Cluster,
 ) -> None:
-    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **FAST_CHECKS)
-    async with Admin(cluster.address) as admin:
-        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
-    await cluster.start_broker(
-        "a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **FAST_CHECKS
-    )
-    master = cluster.brokers["a-master"].broker
-    slave = cluster.brokers["a-slave"].broker
+    master, slave = await start_pair(cluster, **FAST_CHECKS)
 
     asked: list[StoredMessage] = []
 
@@ -104,12 +110,7 @@ async def test_a_promoted_slave_asks_about_a_half_its_master_checked_with_a_copy
     good, and a transaction the producer would have answered COMMIT never became visible
     (``orbitmq chaos``: committed transactions missing after master failovers)."""
     slow = {"transaction_timeout_ms": 1_500, "transaction_check_interval_ms": 100}
-    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow)
-    async with Admin(cluster.address) as admin:
-        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
-    await cluster.start_broker("a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow)
-    master = cluster.brokers["a-master"].broker
-    slave = cluster.brokers["a-slave"].broker
+    master, slave = await start_pair(cluster, **slow)
     asked: list[str] = []
 
     def check(message: StoredMessage) -> TransactionResolution:
@@ -150,11 +151,7 @@ async def test_a_demoted_master_whose_log_was_cut_forgets_the_transactions_it_re
     new master: promoted again, it must ask about the transaction. Its in-memory set of resolved
     transactions, kept across the cut, said resolved, and the commit was lost for good."""
     slow = {"transaction_timeout_ms": 1_500, "transaction_check_interval_ms": 100}
-    await cluster.start_broker("a", broker_name="broker-a", broker_role="ASYNC_MASTER", **slow)
-    async with Admin(cluster.address) as admin:
-        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
-    await cluster.start_broker("b", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **slow)
-    first, second = cluster.brokers["a"].broker, cluster.brokers["b"].broker
+    first, second = await start_pair(cluster, ("a", "b"), **slow)
     answer = TransactionResolution.COMMIT
 
     async with TransactionProducer(
@@ -200,12 +197,7 @@ async def test_a_slave_holds_no_check_progress_its_master_has_not(cluster: Clust
     offsets table, and metric series, the master lacks; benchmarks/cardinality_bench.py
     waited for the slave's offsets to match the master's and never saw them match)."""
     ha = {"replica_config_interval_ms": 100}
-    await cluster.start_broker("a-master", broker_name="broker-a", broker_role="ASYNC_MASTER", **ha)
-    async with Admin(cluster.address) as admin:
-        await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
-    await cluster.start_broker("a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1, **ha)
-    master = cluster.brokers["a-master"].broker
-    slave = cluster.brokers["a-slave"].broker
+    master, slave = await start_pair(cluster, **ha)
     master.offsets.commit("SomeGroup", TOPIC, 0, 1)
     await eventually(lambda: slave.offsets.query("SomeGroup", TOPIC, 0) == 1, 10, lambda: "no config copy")
     await asyncio.sleep(0.3)  # a few more copies
